@@ -1,0 +1,23 @@
+# Both targets do all of their set-up on a fresh machine: a local .venv with the package installed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: test demo bench clean
+
+$(STAMP): pyproject.toml
+	rm -f $(VENV)/.installed-*
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -q tests
+
+demo: $(STAMP)
+	$(PY) -m calib_jax.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache

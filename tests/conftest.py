@@ -1,0 +1,15 @@
+"""Test-wide settings.
+
+Eight fake CPU devices let the data-parallel tests run on a laptop or CI; it must be set before
+JAX is first imported, hence here. Downloads are impossible in this environment, so tfds must fail
+fast instead of retrying for minutes.
+"""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")

@@ -1,0 +1,118 @@
+"""The label-smoothing family of calibration losses (SPEC §1).
+
+    loss_fn = calib_jax.losses.get("mbls", margin=10.0)
+    value = loss_fn(logits, labels, mask=None, objectness=None)   # float32 scalar
+
+Every loss works on logits `[..., C]` (classification `[B, C]`, segmentation `[B, H, W, C]`),
+averages over the entries `mask` selects (all masked -> 0.0), computes in float32 whatever the
+input dtype, and is a pure function of arrays (jit-, vmap- and grad-able).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from calib_jax.losses import adaptive, basic, batch_terms, margin, pairwise, relaxation
+from calib_jax.losses._common import LossInputs, masked_mean, prepare
+from calib_jax.losses.adaptive import objectness_targets
+from calib_jax.losses.basic import smoothed_targets
+from calib_jax.losses.hparams import Choice, Real
+
+LossFn = Callable[..., jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class _LossDef:
+  fn: Callable[..., jax.Array]
+  hparams: Mapping[str, Real | Choice]
+  batch_level: bool = False          # `fn` returns the reduced scalar itself
+  needs_objectness: bool = False
+
+
+_LOSSES: dict[str, _LossDef] = {
+    "ce": _LossDef(basic.cross_entropy, {}),
+    "ls": _LossDef(basic.label_smoothing, {"epsilon": Real(0.1, 0.0, 1.0)}),
+    "focal": _LossDef(basic.focal, {"gamma": Real(3.0)}),
+    "flsd": _LossDef(basic.focal_sample_dependent, {"gamma": Real(3.0)}),
+    "ecp": _LossDef(basic.confidence_penalty, {"beta": Real(0.1)}),
+    "mbls": _LossDef(margin.margin_label_smoothing, {"margin": Real(10.0), "alpha": Real(0.1)}),
+    "acls": _LossDef(margin.adaptive_conditional_label_smoothing, {
+        "margin": Real(10.0),
+        "lambda_pos": Real(0.1),
+        "lambda_neg": Real(0.01),
+        "winner_term": Choice("max_minus_min", ("max_minus_min", "max")),
+    }),
+    "lr": _LossDef(relaxation.label_relaxation, {"alpha": Real(0.1, 0.0, 1.0, high_open=True)}),
+    "als": _LossDef(adaptive.adaptive_label_smoothing, {"beta": Real(1.0, 0.0, 1.0)},
+                    needs_objectness=True),
+    "mdca": _LossDef(batch_terms.mdca, {"beta": Real(1.0)}, batch_level=True),
+    "cpc": _LossDef(pairwise.pairwise_constraints, {"lambda_1v1": Real(1.0), "lambda_be": Real(1.0)}),
+    "mmce": _LossDef(batch_terms.mmce, {"weight": Real(1.0)}, batch_level=True),
+}
+
+
+def names() -> list[str]:
+  """Names accepted by `get`, in the order of SPEC §1."""
+  return list(_LOSSES)
+
+
+def default_hparams(name: str) -> dict[str, Any]:
+  """The hyper-parameters `get(name)` uses when none are given."""
+  return {k: spec.default for k, spec in _lookup(name).hparams.items()}
+
+
+def _lookup(name: str) -> _LossDef:
+  if name not in _LOSSES:
+    raise ValueError(f"unknown loss {name!r}; valid names: {names()}")
+  return _LOSSES[name]
+
+
+def get(name: str, **hparams: Any) -> LossFn:
+  """Returns `loss_fn(logits, labels, *, mask=None, objectness=None) -> float32 scalar`.
+
+  Args:
+    name: one of `names()`.
+    **hparams: the loss's hyper-parameters (see `default_hparams(name)`); unknown ones and values
+      out of range raise here, before any tracing.
+  """
+  definition = _lookup(name)
+  unknown = set(hparams) - set(definition.hparams)
+  if unknown:
+    raise ValueError(f"loss {name!r} got unknown hyper-parameter(s) {sorted(unknown)}; valid: "
+                     f"{sorted(definition.hparams) or 'none'}")
+  values = {k: spec.check(name, k, hparams.get(k, spec.default))
+            for k, spec in definition.hparams.items()}
+  return functools.partial(_apply, name, definition, values)
+
+
+def _apply(name: str, definition: _LossDef, hparams: Mapping[str, Any], logits, labels, *,
+           mask=None, objectness=None) -> jax.Array:
+  if definition.needs_objectness and objectness is None:
+    raise ValueError(f"loss {name!r} needs `objectness` (fraction of the crop covered by the "
+                     "label's objects, < 0 for context-only samples)")
+  inputs = prepare(name, logits, labels, mask, objectness)
+  if definition.batch_level:
+    return definition.fn(inputs, **hparams)
+  return masked_mean(definition.fn(inputs, **hparams), inputs.weights)
+
+
+def effective_target(loss_fn: LossFn, logits, labels, **kwargs) -> jax.Array:
+  """The target distribution each entry is pushed towards: `p − ∇_z L` per entry (ACLS Eq. 8).
+
+  `loss_fn` averages over the N valid entries, so the per-entry gradient is N times the gradient
+  of its value. For `ce` this is `onehot(y)`, for `ls` the smoothed labels `q`. Entries that
+  `mask` excludes get zero gradient, so their "target" is `p` itself.
+  """
+  logits = jnp.asarray(logits, jnp.float32)
+  mask = kwargs.get("mask")
+  count = jnp.asarray(labels).size if mask is None else jnp.sum(mask)
+  grad = jax.grad(lambda z: loss_fn(z, labels, **kwargs))(logits)
+  return jax.nn.softmax(logits) - jnp.maximum(count, 1) * grad
+
+
+__all__ = ["get", "names", "default_hparams", "effective_target", "smoothed_targets",
+           "objectness_targets", "LossInputs"]

@@ -44,6 +44,9 @@ def prepare(name: str, logits, labels, mask, objectness) -> LossInputs:
     raise ValueError(f"{name}: labels shape {labels.shape} must equal logits shape without the class "
                      f"axis {logits.shape[:-1]}")
   num_classes = logits.shape[-1]
+  if num_classes < 2:
+    raise ValueError(f"{name}: logits must have at least 2 classes on the last axis, got "
+                     f"shape {logits.shape}")
 
   if mask is None:
     valid = jnp.ones(labels.shape, bool)

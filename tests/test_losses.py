@@ -1,0 +1,466 @@
+"""Losses against SPEC §1: independent numpy references, gradient facts, shapes, stability, errors."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calib_jax import losses
+
+RNG = np.random.default_rng(0)
+B, C = 6, 5
+
+
+# --- independent float64 numpy references (not calling the library) -----------------------------
+
+def np_log_softmax(z):
+  z = z - z.max(-1, keepdims=True)
+  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def np_onehot(y, c):
+  return np.eye(c)[y]
+
+
+def ref_ce(z, y):
+  return -np_log_softmax(z)[np.arange(len(y)), y]
+
+
+def ref_ls(z, y, epsilon=0.1):
+  q = (1 - epsilon) * np_onehot(y, z.shape[-1]) + epsilon / z.shape[-1]
+  return -(q * np_log_softmax(z)).sum(-1)
+
+
+def ref_focal(z, y, gamma=3.0):
+  p_y = np.exp(np_log_softmax(z))[np.arange(len(y)), y]
+  return -(1 - p_y) ** gamma * np.log(p_y)
+
+
+def ref_flsd(z, y, gamma=3.0):
+  p_y = np.exp(np_log_softmax(z))[np.arange(len(y)), y]
+  g = np.where(p_y < 0.2, 5.0, np.where(p_y < 0.5, 3.0, gamma))
+  return -(1 - p_y) ** g * np.log(p_y)
+
+
+def ref_ecp(z, y, beta=0.1):
+  logp = np_log_softmax(z)
+  entropy = -(np.exp(logp) * logp).sum(-1)
+  return ref_ce(z, y) - beta * entropy
+
+
+def ref_mbls(z, y, margin=10.0, alpha=0.1):
+  d = z.max(-1, keepdims=True) - z
+  return ref_ce(z, y) + alpha * np.maximum(d - margin, 0).mean(-1)
+
+
+def ref_acls(z, y, margin=10.0, lambda_pos=0.1, lambda_neg=0.01, winner_term="max_minus_min"):
+  out = []
+  for zi, yi in zip(z, y):
+    top = int(np.argmax(zi))
+    gap = zi[top] - zi.min() if winner_term == "max_minus_min" else zi[top]
+    winner = max(gap - margin, 0) ** 2
+    losers = [max(zi[top] - zi[j] - margin, 0) ** 2 for j in range(len(zi)) if j != top]
+    out.append(lambda_pos * winner + lambda_neg * np.mean(losers))
+  return ref_ce(z, y) + np.array(out)
+
+
+def ref_lr(z, y, alpha=0.1):
+  p_y = np.exp(np_log_softmax(z))[np.arange(len(y)), y]
+  kl = (1 - alpha) * np.log((1 - alpha) / p_y) + alpha * np.log(alpha / (1 - p_y))
+  return np.where(p_y >= 1 - alpha, 0.0, kl)
+
+
+def ref_als_target(y, objectness, c, beta=1.0):
+  t = []
+  for yi, o in zip(y, objectness):
+    if o < 0:
+      t.append(np.full(c, 1.0 / c))
+      continue
+    a = 1 - o
+    row = np.full(c, a / (c - 1))
+    row[yi] = 1 - a
+    hard = np_onehot(yi, c)
+    t.append(beta * row + (1 - beta) * hard)
+  return np.array(t)
+
+
+def ref_als(z, y, objectness, beta=1.0):
+  return -(ref_als_target(y, objectness, z.shape[-1], beta) * np_log_softmax(z)).sum(-1)
+
+
+def ref_mdca(z, y, beta=1.0):
+  p = np.exp(np_log_softmax(z))
+  term = np.abs(p.mean(0) - np_onehot(y, z.shape[-1]).mean(0)).mean()
+  return ref_ce(z, y).mean() + beta * term
+
+
+def ref_cpc(z, y, lambda_1v1=1.0, lambda_be=1.0):
+  p = np.exp(np_log_softmax(z))
+  out = []
+  for pi, yi in zip(p, y):
+    others = [k for k in range(len(pi)) if k != yi]
+    one = -sum(np.log(pi[yi] / (pi[yi] + pi[k])) for k in others)
+    be = -sum(np.log(pi[k] / (pi[k] + pi[l])) + np.log(pi[l] / (pi[k] + pi[l]))
+              for k in others for l in others)
+    out.append(lambda_1v1 * one + lambda_be * be)
+  return ref_ce(z, y) + np.array(out)
+
+
+def ref_mmce(z, y, weight=1.0):
+  p = np.exp(np_log_softmax(z))
+  r = p.max(-1)
+  correct = p.argmax(-1) == y
+  k = lambda a, b: np.exp(-np.abs(a[:, None] - b[None, :]) / 0.4)
+  rc, rw = r[correct], r[~correct]
+  mc, mw = len(rc), len(rw)
+  total = 0.0
+  if mc:
+    total += ((1 - rc)[:, None] * (1 - rc)[None, :] * k(rc, rc)).sum() / mc**2
+  if mw:
+    total += (rw[:, None] * rw[None, :] * k(rw, rw)).sum() / mw**2
+  if mc and mw:
+    total -= 2 * ((1 - rc)[:, None] * rw[None, :] * k(rc, rw)).sum() / (mc * mw)
+  return ref_ce(z, y).mean() + weight * np.sqrt(max(total, 0.0))
+
+
+PER_EXAMPLE_REFS = {
+    "ce": ref_ce, "ls": ref_ls, "focal": ref_focal, "flsd": ref_flsd, "ecp": ref_ecp,
+    "mbls": ref_mbls, "acls": ref_acls, "lr": ref_lr, "cpc": ref_cpc,
+}
+
+
+def random_batch(b=B, c=C, scale=4.0, seed=0):
+  rng = np.random.default_rng(seed)
+  return rng.normal(size=(b, c)) * scale, rng.integers(0, c, size=b)
+
+
+def call(name, z, y, **kw):
+  extra = {}
+  if name == "als":
+    extra["objectness"] = kw.pop("objectness", jnp.linspace(-0.5, 1.0, z.shape[0]))
+  return losses.get(name, **kw)(jnp.asarray(z, jnp.float32), jnp.asarray(y), **extra)
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+def test_names_cover_the_spec_table():
+  assert losses.names() == ["ce", "ls", "focal", "flsd", "ecp", "mbls", "acls", "lr", "als",
+                            "mdca", "cpc", "mmce"]
+
+
+# --- values against the numpy references ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(PER_EXAMPLE_REFS))
+@pytest.mark.parametrize("scale", [1.0, 8.0])
+def test_per_example_values_match_numpy(name, scale):
+  z, y = random_batch(scale=scale, seed=int(scale))
+  # Small margins so the margin terms are active at this logit scale.
+  kw = {"margin": 2.0} if name in ("mbls", "acls") else {}
+  np.testing.assert_allclose(call(name, z, y, **kw), PER_EXAMPLE_REFS[name](z, y, **kw).mean(),
+                             rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(epsilon=0.0), dict(epsilon=0.3), dict(epsilon=1.0)])
+def test_ls_hparams(kw):
+  z, y = random_batch(seed=3)
+  np.testing.assert_allclose(call("ls", z, y, **kw), ref_ls(z, y, **kw).mean(), rtol=1e-5)
+
+
+def test_acls_official_winner_term():
+  z, y = random_batch(scale=6.0, seed=4)
+  kw = dict(margin=3.0, winner_term="max")
+  np.testing.assert_allclose(call("acls", z, y, **kw), ref_acls(z, y, **kw).mean(), rtol=1e-5)
+
+
+def test_als_matches_numpy_and_targets():
+  z, y = random_batch(seed=5)
+  obj = np.array([-1.0, 0.0, 0.25, 0.5, 0.9, 1.0])
+  for beta in (1.0, 0.5, 0.0):
+    np.testing.assert_allclose(call("als", z, y, objectness=jnp.asarray(obj), beta=beta),
+                               ref_als(z, y, obj, beta).mean(), rtol=1e-5)
+  t = np.asarray(losses.objectness_targets(jnp.asarray(y), jnp.asarray(obj, jnp.float32), C, 1.0))
+  np.testing.assert_allclose(t, ref_als_target(y, obj, C), atol=1e-7)
+  np.testing.assert_allclose(t.sum(-1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,ref", [("mdca", ref_mdca), ("mmce", ref_mmce)])
+def test_batch_losses_match_numpy(name, ref):
+  z, y = random_batch(b=16, scale=2.0, seed=6)
+  np.testing.assert_allclose(call(name, z, y), ref(z, y), rtol=2e-5, atol=1e-6)
+  np.testing.assert_allclose(call(name, z, y, **{"beta" if name == "mdca" else "weight": 0.3}),
+                             ref(z, y, 0.3), rtol=2e-5, atol=1e-6)
+
+
+def test_hand_derived_values():
+  y = jnp.array([0, 3])
+  uniform = jnp.zeros((2, C))
+  log_c = np.log(C)
+  np.testing.assert_allclose(call("ce", uniform, y), log_c, rtol=1e-6)
+  np.testing.assert_allclose(call("ls", uniform, y), log_c, rtol=1e-6)
+  np.testing.assert_allclose(call("ecp", uniform, y, beta=0.5), log_c - 0.5 * log_c, rtol=1e-6)
+  np.testing.assert_allclose(call("focal", uniform, y, gamma=2.0), (1 - 1 / C) ** 2 * log_c,
+                             rtol=1e-6)
+  # LR: KL((1-α, α/(C-1), ...) ‖ uniform) = (1-α)log((1-α)C) + α log(αC/(C-1))
+  a = 0.1
+  np.testing.assert_allclose(call("lr", uniform, y, alpha=a),
+                             (1 - a) * np.log((1 - a) * C) + a * np.log(a * C / (C - 1)), rtol=1e-5)
+  # A confident correct prediction is inside LR's zero region.
+  confident = jnp.array([[9.0, 0, 0, 0, 0], [0, 0, 0, 9.0, 0]])
+  assert float(call("lr", confident, y, alpha=a)) == 0.0
+  # Margins not exceeded: MbLS and ACLS reduce to CE.
+  for name in ("mbls", "acls"):
+    np.testing.assert_allclose(call(name, confident, y), call("ce", confident, y), rtol=1e-6)
+  # γ = 0 focal is CE.
+  z, yy = random_batch(seed=7)
+  np.testing.assert_allclose(call("focal", z, yy, gamma=0.0), call("ce", z, yy), rtol=1e-6)
+
+
+# --- gradient facts of SPEC §1 -------------------------------------------------------------------
+
+def per_example_grad(name, z, y, **kw):
+  """Per-example gradient: the loss averages over B entries, so scale by B."""
+  z = jnp.asarray(z, jnp.float32)
+  fn = losses.get(name, **kw)
+  return np.asarray(jax.grad(lambda v: fn(v, jnp.asarray(y)))(z)) * z.shape[0]
+
+
+def np_softmax(z):
+  return np.exp(np_log_softmax(z))
+
+
+def test_ce_and_ls_gradients():
+  z, y = random_batch(seed=8)
+  np.testing.assert_allclose(per_example_grad("ce", z, y), np_softmax(z) - np_onehot(y, C),
+                             atol=1e-6)
+  q = 0.8 * np_onehot(y, C) + 0.2 / C
+  np.testing.assert_allclose(per_example_grad("ls", z, y, epsilon=0.2), np_softmax(z) - q,
+                             atol=1e-6)
+
+
+def test_mbls_regulariser_gradient():
+  z, y = random_batch(scale=6.0, seed=9)
+  m, alpha = 3.0, 0.2
+  reg = per_example_grad("mbls", z, y, margin=m, alpha=alpha) - per_example_grad("ce", z, y)
+  expected = np.zeros_like(z)
+  for i, zi in enumerate(z):
+    top = np.argmax(zi)
+    active = (zi[top] - zi) > m
+    expected[i] = -(alpha / C) * active
+    expected[i, top] = (alpha / C) * active.sum()
+  assert np.abs(expected).sum() > 0  # the margin is active somewhere
+  np.testing.assert_allclose(reg, expected, atol=1e-6)
+
+
+def test_acls_regulariser_gradient_has_stop_gradients():
+  z, y = random_batch(scale=6.0, seed=10)
+  m, lp, ln = 2.0, 0.1, 0.05
+  reg = (per_example_grad("acls", z, y, margin=m, lambda_pos=lp, lambda_neg=ln)
+         - per_example_grad("ce", z, y))
+  expected = np.zeros_like(z)
+  for i, zi in enumerate(z):
+    top = np.argmax(zi)
+    expected[i, top] = 2 * lp * max(zi[top] - zi.min() - m, 0)
+    for j in range(C):
+      if j != top:
+        expected[i, j] = -2 * ln / (C - 1) * max(zi[top] - zi[j] - m, 0)
+  assert np.abs(expected).sum() > 0
+  np.testing.assert_allclose(reg, expected, atol=1e-5)
+
+
+def test_lr_zero_region_and_envelope_gradient():
+  z, y = random_batch(scale=2.0, seed=11)
+  z[np.arange(3), y[:3]] += 8.0  # the first three are confidently right: inside the zero region
+  alpha = 0.3
+  p = np_softmax(z)
+  p_y = p[np.arange(B), y]
+  grad = per_example_grad("lr", z, y, alpha=alpha)
+  inside = p_y >= 1 - alpha
+  assert inside.any() and (~inside).any()
+  np.testing.assert_array_equal(grad[inside], 0.0)
+  # Outside: gradient of KL(sg(t) ‖ p) = p − t.
+  t = alpha * p / (1 - p_y)[:, None]
+  t[np.arange(B), y] = 1 - alpha
+  np.testing.assert_allclose(grad[~inside], (p - t)[~inside], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["focal", "flsd", "ecp", "cpc", "mdca", "mmce", "als", "lr"])
+def test_gradient_matches_finite_differences(name):
+  z, y = random_batch(b=4, scale=1.5, seed=12)
+  kw = {"objectness": jnp.array([0.3, -1.0, 0.8, 1.0])} if name == "als" else {}
+  fn = losses.get(name)
+  f = lambda v: float(fn(jnp.asarray(v, jnp.float32), jnp.asarray(y), **kw))
+  grad = np.asarray(jax.grad(lambda v: fn(v, jnp.asarray(y), **kw))(jnp.asarray(z, jnp.float32)))
+  h = 1e-2
+  numeric = np.zeros_like(z)
+  for idx in np.ndindex(z.shape):
+    e = np.zeros_like(z)
+    e[idx] = h
+    numeric[idx] = (f(z + e) - f(z - e)) / (2 * h)
+  np.testing.assert_allclose(grad, numeric, atol=2e-3, rtol=2e-2)
+
+
+# --- effective target ----------------------------------------------------------------------------
+
+def test_effective_target_ce_is_onehot_and_ls_is_smoothed_labels():
+  z, y = random_batch(seed=13)
+  z, y = jnp.asarray(z, jnp.float32), jnp.asarray(y)
+  np.testing.assert_allclose(losses.effective_target(losses.get("ce"), z, y), np_onehot(y, C),
+                             atol=1e-6)
+  np.testing.assert_allclose(losses.effective_target(losses.get("ls", epsilon=0.25), z, y),
+                             losses.smoothed_targets(y, C, 0.25), atol=1e-6)
+
+
+def test_effective_target_with_mask():
+  z, y = random_batch(seed=14)
+  z, y = jnp.asarray(z, jnp.float32), jnp.asarray(y)
+  mask = jnp.array([True, False, True, True, False, True])
+  t = np.asarray(losses.effective_target(losses.get("ce"), z, y, mask=mask))
+  np.testing.assert_allclose(t[np.asarray(mask)], np_onehot(np.asarray(y), C)[np.asarray(mask)],
+                             atol=1e-6)
+  np.testing.assert_allclose(t[~np.asarray(mask)], np_softmax(np.asarray(z))[~np.asarray(mask)],
+                             atol=1e-6)
+
+
+# --- shapes, masks, transformations --------------------------------------------------------------
+
+ALL_KW = {"mbls": {"margin": 1.0}, "acls": {"margin": 1.0}}
+
+
+def objectness_for(name, shape):
+  return {"objectness": jnp.linspace(-0.2, 1.0, int(np.prod(shape))).reshape(shape)} \
+      if name == "als" else {}
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_segmentation_equals_flattened_valid_pixels(name):
+  rng = np.random.default_rng(15)
+  z = jnp.asarray(rng.normal(size=(2, 3, 4, C)) * 3, jnp.float32)
+  y = rng.integers(0, C, size=(2, 3, 4))
+  mask = rng.random((2, 3, 4)) > 0.3
+  y_ignore = jnp.asarray(np.where(mask, y, 255))  # ignore index at masked pixels
+  fn = losses.get(name, **ALL_KW.get(name, {}))
+  obj = objectness_for(name, (2, 3, 4))
+  seg = fn(z, y_ignore, mask=jnp.asarray(mask), **obj)
+  flat_obj = {"objectness": obj["objectness"][mask]} if obj else {}
+  flat = fn(z[mask], jnp.asarray(y[mask]), **flat_obj)
+  np.testing.assert_allclose(seg, flat, rtol=1e-5, atol=1e-6)
+
+
+def test_objectness_per_image_broadcasts_over_pixels():
+  rng = np.random.default_rng(16)
+  z = jnp.asarray(rng.normal(size=(2, 3, 3, C)), jnp.float32)
+  y = jnp.asarray(rng.integers(0, C, size=(2, 3, 3)))
+  per_image = jnp.array([0.25, -1.0])
+  fn = losses.get("als")
+  np.testing.assert_allclose(fn(z, y, objectness=per_image),
+                             fn(z, y, objectness=jnp.broadcast_to(per_image[:, None, None], y.shape)),
+                             rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_all_masked_is_zero_with_zero_gradient(name):
+  z, y = random_batch(seed=17)
+  z, y = jnp.asarray(z, jnp.float32), jnp.asarray(y)
+  mask = jnp.zeros(y.shape, bool)
+  fn = losses.get(name)
+  obj = objectness_for(name, y.shape)
+  value, grad = jax.value_and_grad(lambda v: fn(v, y, mask=mask, **obj))(z)
+  assert float(value) == 0.0
+  np.testing.assert_array_equal(grad, 0.0)
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_jit_vmap_and_bfloat16(name):
+  rng = np.random.default_rng(18)
+  z = jnp.asarray(rng.normal(size=(3, B, C)) * 3, jnp.float32)
+  y = jnp.asarray(rng.integers(0, C, size=(3, B)))
+  fn = losses.get(name, **ALL_KW.get(name, {}))
+  obj = objectness_for(name, (3, B))
+  eager = [fn(z[i], y[i], **({"objectness": obj["objectness"][i]} if obj else {})) for i in range(3)]
+  vmapped = jax.jit(jax.vmap(lambda a, b, *o: fn(a, b, **({"objectness": o[0]} if o else {}))))(
+      z, y, *obj.values())
+  np.testing.assert_allclose(vmapped, np.array(eager), rtol=1e-5, atol=1e-6)
+  obj0 = {"objectness": obj["objectness"][0]} if obj else {}
+  low = fn(z[0].astype(jnp.bfloat16), y[0], **obj0)
+  assert low.dtype == jnp.float32
+  # bf16 inputs are computed in float32: same value as the rounded logits given in float32.
+  np.testing.assert_allclose(low, fn(z[0].astype(jnp.bfloat16).astype(jnp.float32), y[0], **obj0),
+                             rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", losses.names())
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_extreme_logits_are_finite(name, dtype):
+  z = jnp.array([[1e4, 0, -1e4, 0, 0], [-1e4, 1e4, 0, 0, 0], [0, 0, 0, 0, 1e4],
+                 [1e4, 1e4, 0, 0, -1e4]], dtype)
+  y = jnp.array([0, 2, 4, 1])  # confident right, confident wrong, right, tie
+  fn = losses.get(name)
+  obj = objectness_for(name, y.shape)
+  value, grad = jax.value_and_grad(lambda v: fn(v, y, **obj))(z)
+  assert np.isfinite(float(value)), name
+  assert np.all(np.isfinite(np.asarray(grad, np.float32))), name
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+def test_unknown_name_lists_valid_names():
+  with pytest.raises(ValueError, match=r"unknown loss 'lss'.*'ls'.*'mbls'"):
+    losses.get("lss")
+
+
+@pytest.mark.parametrize("name,kw,pattern", [
+    ("ls", {"eps": 0.1}, r"unknown hyper-parameter.*'eps'.*epsilon"),
+    ("ce", {"epsilon": 0.1}, r"unknown hyper-parameter.*valid: none"),
+    ("ls", {"epsilon": 1.5}, r"epsilon=1.5 is outside \[0.0, 1.0\]"),
+    ("mbls", {"margin": -1.0}, r"margin=-1.0 is outside"),
+    ("focal", {"gamma": float("nan")}, r"gamma=nan is outside"),
+    ("lr", {"alpha": 1.0}, r"alpha=1.0 is outside \[0.0, 1.0\)"),
+    ("acls", {"winner_term": "min"}, r"winner_term='min' is not one of"),
+    ("als", {"beta": 2.0}, r"beta=2.0 is outside"),
+])
+def test_bad_hparams_rejected_at_get(name, kw, pattern):
+  with pytest.raises(ValueError, match=pattern):
+    losses.get(name, **kw)
+
+
+def test_non_numeric_hparam_rejected():
+  with pytest.raises(TypeError, match="epsilon must be a real number"):
+    losses.get("ls", epsilon="0.1")
+  with pytest.raises(TypeError, match="margin must be a real number"):
+    losses.get("mbls", margin=True)
+
+
+def test_bad_arrays_rejected():
+  fn = losses.get("ce")
+  z = jnp.zeros((4, C))
+  with pytest.raises(ValueError, match="labels shape"):
+    fn(z, jnp.zeros((3,), jnp.int32))
+  with pytest.raises(TypeError, match="labels must be integer"):
+    fn(z, jnp.zeros((4,), jnp.float32))
+  with pytest.raises(TypeError, match="mask must be boolean"):
+    fn(z, jnp.zeros((4,), jnp.int32), mask=jnp.ones((4,), jnp.int32))
+  with pytest.raises(ValueError, match="mask shape"):
+    fn(z, jnp.zeros((4,), jnp.int32), mask=jnp.ones((5,), bool))
+  with pytest.raises(ValueError, match=r"label 7 out of range \[0, 5\)"):
+    fn(z, jnp.array([0, 7, 1, 2]))
+  with pytest.raises(ValueError, match=r"label -1 out of range"):
+    fn(z, jnp.array([0, -1, 1, 2]))
+  with pytest.raises(ValueError, match="at least 2 classes"):
+    fn(jnp.zeros((4, 1)), jnp.zeros((4,), jnp.int32))
+
+
+def test_out_of_range_label_under_jit_is_loud_nan():
+  fn = jax.jit(losses.get("ls"))
+  assert np.isnan(float(fn(jnp.zeros((2, C)), jnp.array([0, 9]))))
+  # ... but not when that entry is masked out.
+  assert np.isfinite(float(fn(jnp.zeros((2, C)), jnp.array([0, 9]), mask=jnp.array([True, False]))))
+
+
+def test_als_objectness_errors():
+  fn = losses.get("als")
+  z, y = jnp.zeros((4, C)), jnp.zeros((4,), jnp.int32)
+  with pytest.raises(ValueError, match="needs `objectness`"):
+    fn(z, y)
+  with pytest.raises(ValueError, match="objectness must be in"):
+    fn(z, y, objectness=jnp.array([0.5, 1.5, 0.0, 0.0]))
+  with pytest.raises(ValueError, match="objectness shape"):
+    fn(z, y, objectness=jnp.zeros((3,)))

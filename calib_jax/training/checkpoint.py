@@ -1,0 +1,100 @@
+"""Orbax checkpoints of the full training state, for exact resume.
+
+A checkpoint holds two items: `state` (the `TrainState` pytree: params, batch statistics,
+optimiser state, step, base RNG key, CRL history) and `meta` (JSON: the data position and the
+config, for people and for `eval.py`). Saves are asynchronous; `wait()` before reading them or
+exiting. Only finite states are ever passed to `save` (the loop checks first), so the newest
+checkpoint on disk is always a good one.
+"""
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from absl import logging
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+def checkpoint_dir(workdir: str) -> str:
+  """Absolute checkpoint directory of a work directory (orbax requires absolute paths)."""
+  return os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
+
+
+class Checkpointer:
+  """Periodic + final saves, keeping the newest `max_to_keep`, and restores."""
+
+  def __init__(self, workdir: str, *, save_every_steps: int = 1, max_to_keep: int = 3,
+               read_only: bool = False):
+    """Opens (and unless `read_only`, creates) `<workdir>/checkpoints`.
+
+    Args:
+      workdir: the run's work directory.
+      save_every_steps: `maybe_save` saves when the step is a multiple of this.
+      max_to_keep: number of newest checkpoints kept on disk (0 or None: all).
+      read_only: open an existing directory for restoring only (eval).
+    """
+    self.directory = checkpoint_dir(workdir)
+    self._save_every_steps = max(int(save_every_steps), 1)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep or None, create=not read_only, read_only=read_only)
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=options, item_names=("state", "meta"))
+
+  def latest_step(self) -> int | None:
+    """Step of the newest complete checkpoint, or None."""
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    """Steps of all checkpoints on disk, ascending."""
+    return sorted(self._manager.all_steps())
+
+  def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+    """Starts an asynchronous save of `state` (and JSON `meta`) as checkpoint `step`."""
+    if step in self._manager.all_steps():
+      return
+    self._manager.save(
+        step,
+        args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                meta=ocp.args.JsonSave(meta)),
+        force=True)
+
+  def maybe_save(self, step: int, state: Any, meta: dict[str, Any]) -> bool:
+    """Saves when `step` is a multiple of `save_every_steps`; returns whether it did."""
+    if step % self._save_every_steps:
+      return False
+    self.save(step, state, meta)
+    return True
+
+  def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """Restores `(state, meta)` of checkpoint `step` (default: newest).
+
+    Args:
+      abstract_state: pytree of `jax.ShapeDtypeStruct` (with shardings) giving the structure,
+        dtypes and placement of the state to restore into.
+      step: which checkpoint; None for the newest.
+    """
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No checkpoint in {self.directory}")
+    restored = self._manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
+                                      meta=ocp.args.JsonRestore()))
+    logging.info("Restored checkpoint %d from %s", step, self.directory)
+    return restored["state"], dict(restored["meta"])
+
+  def wait(self) -> None:
+    """Blocks until pending asynchronous saves are on disk."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases the manager."""
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+
+def abstract_like(tree: Any) -> Any:
+  """`jax.ShapeDtypeStruct` skeleton of a pytree of arrays, keeping their shardings."""
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+      tree)

@@ -1,0 +1,210 @@
+"""The training loop: one program for classification, segmentation and text.
+
+`train_and_evaluate(config, workdir)` validates the config, builds model/loss/optimiser, restores
+the newest checkpoint of `workdir` if there is one (exact resume: parameters, optimiser state,
+BatchNorm statistics, step, RNG and data position), trains to the configured length with
+periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
+stops the run with `NonFiniteLossError` before the bad state can be checkpointed.
+"""
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from calib_jax.training import builders
+from calib_jax.training import checkpoint as checkpoint_lib
+from calib_jax.training import config_validation, optim, parallel, step as step_lib
+from calib_jax.training import logging as log_lib
+from calib_jax.training import state as state_lib
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The loss or gradient became NaN/inf; the message names the last good checkpoint."""
+
+
+def train_size(meta: Any) -> int:
+  """Number of training examples of a dataset, from its metadata."""
+  sizes = getattr(meta, "num_examples", None)
+  if isinstance(sizes, dict):
+    return int(sizes["train"])
+  if sizes is None:
+    raise ValueError(f"dataset {meta.name!r} does not report its training-set size; set "
+                     "config.steps_per_epoch and config.num_train_steps")
+  return int(sizes)
+
+
+def resolve_length(config: ml_collections.ConfigDict, meta: Any) -> tuple[int, int]:
+  """Returns `(steps_per_epoch, total_steps)` of a run."""
+  if config.steps_per_epoch > 0:
+    steps_per_epoch = int(config.steps_per_epoch)
+  else:
+    steps_per_epoch = max(math.ceil(train_size(meta) / config.batch_size), 1)
+  if config.num_train_steps > 0:
+    total_steps = int(config.num_train_steps)
+  else:
+    total_steps = max(int(round(config.num_epochs * steps_per_epoch)), 1)
+  return steps_per_epoch, total_steps
+
+
+def _example_input(config: ml_collections.ConfigDict, split: str) -> np.ndarray:
+  """One real example of the split's model input (its shape and dtype initialise the model)."""
+  from calib_jax import data
+  dataset = data.make_dataset(config.dataset, split, batch_size=jax.process_count(),
+                              train=False, data_dir=config.data_dir,
+                              **config.data_options.to_dict())
+  batch = next(iter(dataset))
+  return step_lib.model_input(batch)[:1]
+
+
+def initial_variables(model, example: np.ndarray, config: ml_collections.ConfigDict,
+                      key: jax.Array) -> dict[str, Any]:
+  """Freshly initialised variables, overwritten with `config.pretrained` if given."""
+  variables = jax.jit(lambda k, x: model.init({"params": k}, x, train=False))(key, example)
+  variables = jax.device_get(variables)
+  if config.pretrained:
+    from calib_jax import models
+    variables = models.restore_pretrained(variables, models.load_variables(config.pretrained),
+                                          skip=tuple(config.pretrained_skip))
+    logging.info("Initialised from %s (kept fresh: %s)", config.pretrained,
+                 tuple(config.pretrained_skip))
+  return variables
+
+
+def build_state(config: ml_collections.ConfigDict, model, tx, example: np.ndarray,
+                mesh: jax.sharding.Mesh, crl_num_examples: int) -> state_lib.TrainState:
+  """The initial, replicated training state of a run (same for every process)."""
+  init_key, run_key = jax.random.split(jax.random.key(config.seed))
+  variables = initial_variables(model, example, config, init_key)
+  state = state_lib.create(variables, tx, run_key, crl_num_examples=crl_num_examples)
+  return parallel.replicate(state, mesh)
+
+
+def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
+  return {"step": step, "data_position": step, "epoch": step / steps_per_epoch}
+
+
+def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
+  return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+
+
+def _eval_interval(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
+  if config.eval_every_steps == -1:
+    return steps_per_epoch
+  return int(config.eval_every_steps)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       devices: list[jax.Device] | None = None) -> state_lib.TrainState:
+  """Trains the config's model in `workdir` (resuming from its newest checkpoint).
+
+  Args:
+    config: a config following `calib_jax.training.config.base_config`.
+    workdir: directory for checkpoints, metrics and the saved config.
+    devices: devices of the data-parallel mesh (default: all).
+
+  Returns:
+    The final training state (replicated on the mesh).
+
+  Raises:
+    ValueError: the config is invalid (raised before anything is compiled).
+    NonFiniteLossError: the loss or gradient became NaN/inf.
+  """
+  parallel.maybe_initialize_distributed(config.multihost)
+  config_validation.validate(config)
+  from calib_jax import data  # Deferred: imports TensorFlow.
+
+  meta = builders.dataset_meta(config)
+  steps_per_epoch, total_steps = resolve_length(config, meta)
+  mesh = parallel.make_mesh(devices)
+  if config.batch_size % mesh.size:
+    raise config_validation.ConfigError(
+        f"batch_size={config.batch_size} is not divisible by the {mesh.size} mesh devices")
+  model = builders.build_model(config, meta)
+  loss_fn = builders.build_loss(config)
+  schedule = optim.schedule_from_config(config, total_steps, steps_per_epoch)
+  tx = optim.optimizer_from_config(config, schedule)
+  crl_num_examples = train_size(meta) if config.crl_weight > 0 else 0
+
+  log_lib.save_config(config, workdir)
+  example = _example_input(config, meta.train_split)
+  state = build_state(config, model, tx, example, mesh, crl_num_examples)
+  checkpointer = checkpoint_lib.Checkpointer(
+      workdir, save_every_steps=config.checkpoint_every_steps,
+      max_to_keep=config.keep_checkpoints)
+  if checkpointer.latest_step() is not None:
+    state, meta_ckpt = checkpointer.restore(checkpoint_lib.abstract_like(state))
+    logging.info("Resuming at step %d (data position %d).", int(state.step),
+                 meta_ckpt["data_position"])
+  start_step = int(jax.device_get(state.step))
+  if start_step >= total_steps:
+    logging.info("Already trained for %d steps; nothing to do.", start_step)
+    checkpointer.close()
+    return state
+
+  train_step = step_lib.jit_train_step(
+      step_lib.make_train_step(model, loss_fn, tx, schedule, sam_rho=config.sam_rho,
+                               crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
+      mesh)
+  train_iter = iter(data.make_dataset(
+      config.dataset, meta.train_split, batch_size=parallel.local_batch_size(config.batch_size),
+      train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      **config.data_options.to_dict(), **config.train_data_options.to_dict()))
+
+  from calib_jax.training import evaluate  # Deferred: evaluate imports plotting.
+  writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
+  progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
+  eval_every = _eval_interval(config, steps_per_epoch)
+  stop_at = total_steps
+  if config.stop_after_steps > 0:
+    stop_at = min(total_steps, start_step + config.stop_after_steps)
+  history: list[dict[str, np.ndarray]] = []
+  last_log_time, last_log_step = time.monotonic(), start_step
+
+  try:
+    for step in range(start_step, stop_at):
+      batch = parallel.to_global(next(train_iter), mesh)
+      state, metrics = train_step(state, batch)
+      # Reading the metrics blocks on this step: it is needed for the NaN check before any
+      # save, and sharded collectives on fake CPU devices can deadlock without it.
+      metrics = jax.device_get(metrics)
+      done = step + 1
+      if not metrics["finite"]:
+        checkpointer.wait()
+        last = checkpointer.latest_step()
+        where = (f"the last good checkpoint is step {last} in {checkpointer.directory}"
+                 if last is not None else "no checkpoint was saved before it")
+        raise NonFiniteLossError(
+            f"Non-finite training loss ({float(metrics['loss'])}) or gradient norm "
+            f"({float(metrics['grad_norm'])}) at step {done}; training stopped and {where}. "
+            "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.")
+      history.append(metrics)
+      if done % config.log_every_steps == 0 or done == stop_at:
+        now = time.monotonic()
+        summary = _mean_metrics(history)
+        summary.pop("finite")
+        summary["steps_per_sec"] = (done - last_log_step) / max(now - last_log_time, 1e-9)
+        summary["epoch"] = done / steps_per_epoch
+        writer.write(done, "train", summary)
+        history, last_log_time, last_log_step = [], now, done
+      if progress is not None:
+        progress.update(done, f"loss {float(metrics['loss']):.4f} "
+                              f"lr {float(metrics['learning_rate']):.3g}",
+                        force=done == stop_at)
+      if eval_every > 0 and (done % eval_every == 0 or done == total_steps):
+        val = evaluate.validation_metrics(config, state, model, mesh, meta)
+        writer.write(done, "val", val)
+        logging.info("step %d val %s", done,
+                     " ".join(f"{k}={v:.4f}" for k, v in val.items()))
+      checkpointer.maybe_save(done, state, _checkpoint_meta(done, steps_per_epoch))
+    final = int(jax.device_get(state.step))
+    checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
+  finally:
+    checkpointer.close()
+    writer.close()
+  return state

@@ -1,0 +1,38 @@
+"""Cityscapes, DeepLabV3+ with a ResNet-101 backbone: LS-vs-SC Figs. 4, 6, 10, 14 (DeepLabV3+).
+
+Recipe (LS-vs-SC App. B): 19 classes (255 = ignore); ImageNet-pretrained ResNet-101 backbone;
+SGD, momentum 0.9, weight decay 1e-4, base learning rate 0.01 (a tenth of it for the backbone)
+with the "poly" policy, power 0.9; batch 12, 40,000 steps; random crops (768x768 in the paper;
+the dataset's training crop here, `calib_jax.data.info('cityscapes').image_shape`), flip and
+colour jitter; evaluation at full resolution. Val and test are the official validation set.
+
+    python train.py --config=configs/cityscapes_deeplabv3plus_resnet101.py:ls0.1 \
+        --workdir=workdirs/cs_ls01 --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack
+
+Variants (`:arg`): `ce` (alpha = 0, default) or `ls<alpha>`, e.g. `ls0.1`, `ls0.2`, `ls0.3`.
+"""
+import ml_collections
+
+from calib_jax.training.config import apply_smoothing_level, base_config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The paper recipe; `arg` sets the smoothing level."""
+  config = base_config()
+  config.dataset = "cityscapes"
+  config.model = "deeplabv3plus_resnet101"
+  config.pretrained_skip = ("aspp", "low_level_reduce", "decoder_conv1", "decoder_conv2", "head")
+  config.batch_size = 12
+  config.eval_batch_size = 4
+  config.num_train_steps = 40_000
+  config.optimizer = "sgd"
+  config.learning_rate = 0.01
+  config.lr_multipliers = ml_collections.ConfigDict({"backbone": 0.1})
+  config.momentum = 0.9
+  config.weight_decay = 1e-4
+  config.schedule = "poly"
+  config.poly_power = 0.9
+  config.log_every_steps = 50
+  config.eval_every_steps = 4000
+  config.checkpoint_every_steps = 2000
+  return apply_smoothing_level(config, arg)

@@ -1,0 +1,50 @@
+"""The embedded default: a small CNN on the offline generated `clutter_objects` dataset.
+
+Not a paper row: it is what `make demo` runs, on CPU, in a few minutes, and the template every
+experiment config starts from (`calib_jax.training.config.base_config` lists every field).
+Images are 32x32 clutter scenes with one labelled object (10 classes) and its box, so the
+objectness-based losses run here too.
+
+    python train.py --config=configs/default.py --workdir=workdirs/default
+    python train.py --config=configs/default.py:mbls --workdir=workdirs/default_mbls
+    python eval.py --config=configs/default.py --workdir=workdirs/default
+
+Variants (`:arg`): any of `calib_jax.training.config.LOSS_VARIANTS` with margin 10
+(default `ce`), `als` (adaptive label smoothing from the crop's objectness) and `als_context`
+(ALS with 15% context-only crops, uniform target).
+"""
+import ml_collections
+
+from calib_jax.training.config import LOSS_VARIANTS, apply_loss_variant, base_config, select_variant
+
+VARIANTS = LOSS_VARIANTS + ("als", "als_context")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """Default config; `arg` picks the loss variant."""
+  variant = select_variant(arg, VARIANTS, "ce")
+  config = base_config()
+  config.dataset = "clutter_objects"
+  config.model = "small_cnn"
+  config.batch_size = 128
+  config.eval_batch_size = 256
+  config.num_epochs = 6
+  config.optimizer = "sgd"
+  config.learning_rate = 0.05
+  config.momentum = 0.9
+  config.weight_decay = 5e-4
+  config.schedule = "cosine"
+  config.warmup_epochs = 0.5
+  config.log_every_steps = 20
+  config.checkpoint_every_steps = 200
+  config.keep_checkpoints = 2
+  if variant.startswith("als"):
+    config.loss = "als"
+    config.loss_kwargs = ml_collections.ConfigDict({"beta": 1.0})
+    config.train_data_options.objectness = True
+    if variant == "als_context":
+      config.train_data_options.context_rate = 0.15
+    config.eval.context_eval = True
+  else:
+    apply_loss_variant(config, variant, margin=10.0)
+  return config

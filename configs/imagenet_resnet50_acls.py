@@ -1,0 +1,37 @@
+"""ImageNet, ResNet-50 with AdamW: ACLS Table 3 (column "ImageNet ResNet-50").
+
+Recipe (ACLS Sec. 4.1): AdamW, batch 256, learning rate 5e-4, weight decay 5e-2, betas
+(0.9, 0.999), cosine annealing, 200 epochs; standard random-resized-crop + flip at 224x224.
+Margin m = 10. A held-out 1% of the training set is the validation split (temperature, p-norm).
+
+    python train.py --config=configs/imagenet_resnet50_acls.py:acls --workdir=workdirs/in_r50_acls
+
+Variants (`:arg`): ce, ls, focal, flsd, mbls, mmce, crl, cpc, mdca, acls (default).
+"""
+import ml_collections
+
+from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+
+VARIANTS = ("ce", "ls", "focal", "flsd", "mbls", "mmce", "crl", "cpc", "mdca", "acls")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The paper recipe; `arg` picks the loss column."""
+  variant = select_variant(arg, VARIANTS, "acls")
+  config = base_config()
+  config.dataset = "imagenet2012"
+  config.model = "resnet50"
+  config.model_kwargs.stem = "imagenet"
+  config.batch_size = 256
+  config.eval_batch_size = 512
+  config.num_epochs = 200
+  config.optimizer = "adamw"
+  config.learning_rate = 5e-4
+  config.weight_decay = 5e-2
+  config.adam_b1 = 0.9
+  config.adam_b2 = 0.999
+  config.schedule = "cosine"
+  config.log_every_steps = 200
+  config.eval_every_steps = 5000
+  config.checkpoint_every_steps = 5000
+  return apply_loss_variant(config, variant, margin=10.0)

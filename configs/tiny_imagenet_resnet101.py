@@ -1,0 +1,42 @@
+"""Tiny-ImageNet, ResNet-101: MbLS Tables 1, 2 and 7 (rows "Tiny-ImageNet R-101") and ACLS
+Table 3 (column "Tiny-ImageNet ResNet-101").
+
+Recipe (MbLS App. B; ACLS Sec. 4.1): 64x64 images, 200 classes; SGD, momentum 0.9, weight decay
+5e-4, batch 64, 100 epochs, learning rate 0.1 divided by 10 at epochs 40 and 60; random crop
+and horizontal flip. ResNet-101 with the CIFAR-style stem (3x3 stride-1 conv, no max pool),
+as the papers' Tiny-ImageNet networks. Margin m = 10 for MbLS and ACLS. The papers hold out
+50 images per class of the training set for validation and test on the official validation
+set; here the dataset's own val/test splits are used (see `calib_jax.data.info`).
+
+    python train.py --config=configs/tiny_imagenet_resnet101.py:acls --workdir=workdirs/tin_r101_acls
+
+Variants (`:arg`): ce, ls, focal, flsd, ecp, mbls (default), mbls_m0, acls, crl, mdca, cpc, mmce.
+"""
+import ml_collections
+
+from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+
+VARIANTS = ("ce", "ls", "focal", "flsd", "ecp", "mbls", "mbls_m0", "acls", "crl", "mdca", "cpc",
+            "mmce")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The paper recipe; `arg` picks the loss column."""
+  variant = select_variant(arg, VARIANTS, "mbls")
+  config = base_config()
+  config.dataset = "tiny_imagenet"
+  config.model = "resnet101"
+  config.model_kwargs.stem = "cifar"
+  config.batch_size = 64
+  config.eval_batch_size = 256
+  config.num_epochs = 100
+  config.optimizer = "sgd"
+  config.learning_rate = 0.1
+  config.momentum = 0.9
+  config.weight_decay = 5e-4
+  config.schedule = "multistep"
+  config.lr_boundaries_epochs = (40, 60)
+  config.lr_decay_factor = 0.1
+  config.log_every_steps = 100
+  config.checkpoint_every_steps = 2000
+  return apply_loss_variant(config, variant, margin=10.0)

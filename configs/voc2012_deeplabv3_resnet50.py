@@ -1,0 +1,43 @@
+"""PASCAL VOC 2012 segmentation, DeepLabV3 with a ResNet-50 backbone: MbLS Table 5 (rows
+"ResNet-50") and ACLS Table 4.
+
+Recipe (MbLS App. B; ACLS Sec. 4.1): 21 classes (255 = ignore); random 512x512 crops, horizontal
+flip (the papers add brightness/contrast jitter); ImageNet-pretrained encoder, decoder from
+scratch; SGD, momentum 0.9, weight decay 5e-4, batch 8, 100 epochs, learning rate 0.01 divided
+by 10 at epochs 40 and 80. Metrics on the validation set (the test labels are not public), so
+`val` and `test` are the same split here and temperature scaling is fitted on it. Margin
+m = 10 (Tiny-ImageNet's; no tuning on VOC). MbLS's ResNet-34 rows need a DeepLabV3-ResNet-34,
+which the model zoo does not register.
+
+    python train.py --config=configs/voc2012_deeplabv3_resnet50.py:mbls --workdir=workdirs/voc_mbls \
+        --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack
+
+Variants (`:arg`): ce, ecp, ls, focal, flsd, mbls (default), acls, mdca, cpc, mmce.
+"""
+import ml_collections
+
+from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+
+VARIANTS = ("ce", "ecp", "ls", "focal", "flsd", "mbls", "acls", "mdca", "cpc", "mmce")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The paper recipe; `arg` picks the loss column."""
+  variant = select_variant(arg, VARIANTS, "mbls")
+  config = base_config()
+  config.dataset = "voc2012_seg"
+  config.model = "deeplabv3_resnet50"
+  config.pretrained_skip = ("aspp", "decoder_conv1", "head")
+  config.batch_size = 8
+  config.eval_batch_size = 8
+  config.num_epochs = 100
+  config.optimizer = "sgd"
+  config.learning_rate = 0.01
+  config.momentum = 0.9
+  config.weight_decay = 5e-4
+  config.schedule = "multistep"
+  config.lr_boundaries_epochs = (40, 80)
+  config.lr_decay_factor = 0.1
+  config.log_every_steps = 50
+  config.checkpoint_every_steps = 2000
+  return apply_loss_variant(config, variant, margin=10.0)

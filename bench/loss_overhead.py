@@ -1,0 +1,91 @@
+"""Cost of each calibration loss inside a jit-compiled train step, relative to plain CE.
+
+    .venv/bin/python bench/loss_overhead.py [--model small_cnn] [--batch 128] [--repeats 7]
+
+One SGD step (forward, loss, backward, update) of the model on a fixed batch is compiled per
+loss. Losses are timed round-robin (every repeat times all losses once, in turn) so that drift in
+machine load hits them alike; the table shows the median time per step and its ratio to CE.
+Not a test: it prints numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from calib_jax import losses, models
+
+
+def make_step(model, loss_fn, tx):
+  @jax.jit
+  def step(variables, opt_state, batch):
+    def objective(params):
+      logits, updates = model.apply({**variables, "params": params}, batch["image"], train=True,
+                                    mutable=["batch_stats"])
+      return loss_fn(logits, batch["label"], **batch["extra"]), updates
+
+    (loss, updates), grads = jax.value_and_grad(objective, has_aux=True)(variables["params"])
+    param_updates, opt_state = tx.update(grads, opt_state, variables["params"])
+    params = optax.apply_updates(variables["params"], param_updates)
+    return {**variables, **updates, "params": params}, opt_state, loss
+  return step
+
+
+def time_steps(step, variables, opt_state, batch, steps: int) -> float:
+  start = time.perf_counter()
+  for _ in range(steps):
+    variables, opt_state, loss = step(variables, opt_state, batch)
+  loss.block_until_ready()
+  return (time.perf_counter() - start) / steps
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--model", default="small_cnn")
+  parser.add_argument("--num-classes", type=int, default=10)
+  parser.add_argument("--batch", type=int, default=128)
+  parser.add_argument("--image-size", type=int, default=32)
+  parser.add_argument("--steps", type=int, default=5, help="steps per timing")
+  parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--losses", default=",".join(losses.names()))
+  args = parser.parse_args()
+
+  key = jax.random.key(0)
+  images = jax.random.normal(key, (args.batch, args.image_size, args.image_size, 3))
+  labels = jax.random.randint(key, (args.batch,), 0, args.num_classes)
+  model = models.get(args.model, args.num_classes)
+  variables = model.init({"params": key}, images[:1], train=False)
+  tx = optax.sgd(0.01, momentum=0.9)
+  opt_state = tx.init(variables["params"])
+
+  names = args.losses.split(",")
+  steps = {}
+  for name in names:
+    extra = {"objectness": jnp.linspace(-0.1, 1.0, args.batch)} if name == "als" else {}
+    batch = {"image": images, "label": labels, "extra": extra}
+    step = make_step(model, losses.get(name), tx)
+    time_steps(step, variables, opt_state, batch, 2)  # compile + warm up
+    steps[name] = (step, batch)
+
+  times = {name: [] for name in names}
+  for _ in range(args.repeats):
+    for name in names:
+      step, batch = steps[name]
+      times[name].append(time_steps(step, variables, opt_state, batch, args.steps))
+
+  medians = {name: statistics.median(t) for name, t in times.items()}
+  base = medians.get("ce", min(medians.values()))
+  print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}, model {args.model}, "
+        f"batch {args.batch}x{args.image_size}x{args.image_size}x3, {args.num_classes} classes, "
+        f"median of {args.repeats}x{args.steps} steps")
+  print(f"{'loss':<8}{'ms/step':>10}{'vs ce':>9}")
+  for name in names:
+    print(f"{name:<8}{medians[name] * 1e3:>10.2f}{medians[name] / base:>9.3f}")
+
+
+if __name__ == "__main__":
+  main()

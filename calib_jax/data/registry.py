@@ -1,0 +1,237 @@
+"""Registry of datasets: what each one is (`DatasetMeta`) and how it is read and augmented.
+
+`DatasetMeta` is the public description the training code sizes models and metrics from;
+`_Source` (where the tfds features live) and `_Recipe` (augmentation) are private details of
+the input pipeline.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Mapping
+
+__all__ = ["DatasetMeta", "names", "info"]
+
+Task = Literal["classification", "segmentation", "text"]
+
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetMeta:
+  """Static description of a registered dataset.
+
+  Attributes:
+    name: registry key.
+    num_classes: number of classes (segmentation: including background; text: topics).
+    image_shape: ``(H, W, C)`` of the model input produced by the training pipeline (text:
+      ``(max_length,)`` of the token sequence).
+    task: 'classification', 'segmentation' or 'text'.
+    has_boxes: whether per-example object boxes exist, so that ``objectness``,
+      ``context_rate``, ``mask_variant`` and ``remove_objects`` are available.
+    train_split: tfds split string used for ``split='train'``.
+    eval_splits: ``{'val': ..., 'test': ...}`` tfds split strings.
+    ignore_label: label value that marks pixels to ignore (segmentation), else None.
+    mean: per-channel mean in [0, 1] units; images are ``(x/255 - mean)/std``.
+    std: per-channel std in [0, 1] units.
+    tfds_name: the tfds dataset (``name/config``) read.
+    vocab_size: token id range for text datasets (0 is padding), else None.
+  """
+  name: str
+  num_classes: int
+  image_shape: tuple[int, ...]
+  task: Task
+  has_boxes: bool
+  train_split: str
+  eval_splits: Mapping[str, str]
+  ignore_label: int | None
+  mean: tuple[float, ...] | None
+  std: tuple[float, ...] | None
+  tfds_name: str
+  vocab_size: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+  """Where a dataset's features live in its tfds examples."""
+  image_key: str | None = "image"
+  label_key: str = "label"
+  boxes_key: str | None = None  # 'objects/bbox' ([K,4]) or 'bbox' ([4]).
+  seg_key: str | None = None
+  text_key: str | None = None
+  label_map: str | None = None  # 'cityscapes': labelIds -> trainIds.
+  # 'catalog': tfds ships it (must be prepared elsewhere, no network here);
+  # 'offline': our builder, prepared locally from installed files or a seed;
+  # 'manual': prepared locally from archives in a manual dir.
+  kind: Literal["catalog", "offline", "manual"] = "catalog"
+  how_to_get: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+  """Augmentation recipe.
+
+  train_crop: 'pad' (CIFAR pad-and-crop), 'inception' (random resized crop),
+    'resize_crop' (square resize then random crop), 'scale_crop' (segmentation: random
+    scale, pad, crop) or 'none'.
+  eval_crop: 'none' (resize to image_shape if needed), 'center' (resize to
+    ``eval_resize`` then centre crop) or 'pad_to' (segmentation: fit inside, pad).
+  """
+  train_crop: str = "none"
+  eval_crop: str = "none"
+  flip: bool = False
+  pad: int = 4
+  resize: int | None = None
+  scale: tuple[float, float] = (0.08, 1.0)
+  ratio: tuple[float, float] = (3 / 4, 4 / 3)
+  seg_scale: tuple[float, float] = (0.5, 2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+  meta: DatasetMeta
+  source: _Source
+  recipe: _Recipe
+
+
+def _meta(name, num_classes, image_shape, task, tfds_name, *, has_boxes=False,
+          train="train", val="validation", test="test", ignore_label=None,
+          mean=_IMAGENET_MEAN, std=_IMAGENET_STD, vocab_size=None) -> DatasetMeta:
+  return DatasetMeta(name=name, num_classes=num_classes, image_shape=tuple(image_shape),
+                     task=task, has_boxes=has_boxes, train_split=train,
+                     eval_splits={"val": val, "test": test}, ignore_label=ignore_label,
+                     mean=mean, std=std, tfds_name=tfds_name, vocab_size=vocab_size)
+
+
+_CATALOG_HINT = ("It is in the tfds catalogue but needs a download, which is impossible here: "
+                 "prepare it on a machine with network access (`tfds build {tfds}`) and copy "
+                 "the prepared folder into data_dir.")
+
+# Mean/std of the generated and sklearn datasets were measured on their train splits
+# (tests/test_data_offline.py re-measures them).
+_SPECS: dict[str, _Spec] = {}
+
+
+def _register(meta: DatasetMeta, source: _Source, recipe: _Recipe) -> None:
+  _SPECS[meta.name] = _Spec(meta, source, recipe)
+
+
+_register(
+    _meta("cifar10", 10, (32, 32, 3), "classification", "cifar10",
+          train="train[:45000]", val="train[45000:]", test="test",
+          mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)),
+    _Source(how_to_get=_CATALOG_HINT.format(tfds="cifar10")),
+    _Recipe(train_crop="pad", flip=True))
+_register(
+    _meta("cifar100", 100, (32, 32, 3), "classification", "cifar100",
+          train="train[:45000]", val="train[45000:]", test="test",
+          mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762)),
+    _Source(how_to_get=_CATALOG_HINT.format(tfds="cifar100")),
+    _Recipe(train_crop="pad", flip=True))
+_register(
+    _meta("mnist", 10, (28, 28, 1), "classification", "mnist",
+          train="train[:55000]", val="train[55000:]", test="test",
+          mean=(0.1307,), std=(0.3081,)),
+    _Source(how_to_get=_CATALOG_HINT.format(tfds="mnist")),
+    _Recipe())
+_register(
+    _meta("fashion_mnist", 10, (28, 28, 1), "classification", "fashion_mnist_debian",
+          train="train[:55000]", val="train[55000:]", test="test",
+          mean=(0.2860,), std=(0.3530,)),
+    _Source(kind="offline", how_to_get=(
+        "Install the Debian package: `apt-get install -y dataset-fashion-mnist` (files in "
+        "/usr/share/datasets/fashion-mnist), or pass manual_dir= with the four idx .gz files.")),
+    _Recipe())
+_register(
+    _meta("digits", 10, (8, 8, 1), "classification", "sklearn_digits",
+          mean=(0.3054,), std=(0.3776,)),
+    _Source(kind="offline", how_to_get="Ships with scikit-learn (sklearn.datasets.load_digits)."),
+    _Recipe())
+_register(
+    _meta("clutter_objects", 10, (32, 32, 3), "classification", "clutter_objects",
+          has_boxes=True, mean=(0.4385, 0.4388, 0.4379), std=(0.2163, 0.2166, 0.2162)),
+    _Source(boxes_key="objects/bbox", kind="offline",
+            how_to_get="Generated from a seed by calib_jax.data.builders.clutter_objects."),
+    _Recipe(train_crop="inception", scale=(0.25, 1.0)))
+_register(
+    _meta("clutter_objects_seg", 11, (32, 32, 3), "segmentation", "clutter_objects",
+          ignore_label=255, mean=(0.4385, 0.4388, 0.4379), std=(0.2163, 0.2166, 0.2162)),
+    _Source(seg_key="segmentation_mask", kind="offline",
+            how_to_get="Generated from a seed by calib_jax.data.builders.clutter_objects."),
+    _Recipe(train_crop="scale_crop", eval_crop="pad_to", seg_scale=(0.75, 1.5)))
+_register(
+    _meta("tiny_imagenet", 200, (64, 64, 3), "classification", "tiny_imagenet",
+          has_boxes=True, mean=(0.4802, 0.4481, 0.3975), std=(0.2770, 0.2691, 0.2821)),
+    _Source(boxes_key="objects/bbox", kind="manual", how_to_get=(
+        "Put tiny-imagenet-200.zip (or its extracted tiny-imagenet-200/ folder) into "
+        "manual_dir (default <data_dir>/downloads/manual).")),
+    _Recipe(train_crop="pad", flip=True, pad=8))
+_register(
+    _meta("imagenet2012", 1000, (224, 224, 3), "classification", "imagenet2012",
+          train="train[:99%]", val="train[99%:]", test="validation"),
+    _Source(kind="manual", how_to_get=(
+        "Put ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar into manual_dir. For boxes "
+        "(adaptive label smoothing) use 'imagenet2012_boxes'.")),
+    _Recipe(train_crop="inception", eval_crop="center", flip=True, resize=256))
+_register(
+    _meta("imagenet2012_boxes", 1000, (224, 224, 3), "classification", "imagenet2012_boxes",
+          has_boxes=True, train="train[:99%]", val="train[99%:]", test="validation"),
+    _Source(boxes_key="objects/bbox", kind="manual", how_to_get=(
+        "Put ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar and the ILSVRC box XMLs "
+        "(ILSVRC2012_bbox_train_v2.tar.gz, ILSVRC2012_bbox_val_v3.tgz, or extracted "
+        "bbox_train/ and bbox_val/ folders) into manual_dir.")),
+    _Recipe(train_crop="inception", eval_crop="center", flip=True, resize=256))
+_register(
+    _meta("cub200", 200, (224, 224, 3), "classification", "caltech_birds2011",
+          has_boxes=True, train="train[:90%]", val="train[90%:]", test="test"),
+    _Source(boxes_key="bbox", how_to_get=_CATALOG_HINT.format(tfds="caltech_birds2011")),
+    _Recipe(train_crop="resize_crop", eval_crop="center", flip=True, resize=256))
+_register(
+    _meta("voc2012_seg", 21, (512, 512, 3), "segmentation", "voc2012_segmentation",
+          val="validation", test="validation", ignore_label=255),
+    _Source(seg_key="segmentation_mask", kind="manual", how_to_get=(
+        "Put VOCtrainval_11-May-2012.tar (or its extracted VOCdevkit/ folder) into "
+        "manual_dir.")),
+    _Recipe(train_crop="scale_crop", eval_crop="pad_to", flip=True))
+_register(
+    _meta("cityscapes", 19, (512, 1024, 3), "segmentation", "cityscapes/semantic_segmentation",
+          val="validation", test="validation", ignore_label=255),
+    _Source(image_key="image_left", seg_key="segmentation_label", label_map="cityscapes",
+            kind="manual", how_to_get=(
+                "Put leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip into manual_dir.")),
+    _Recipe(train_crop="scale_crop", eval_crop="pad_to", flip=True))
+_register(
+    _meta("newsgroups20", 20, (1000,), "text", "newsgroups20", mean=None, std=None,
+          vocab_size=20000),
+    _Source(image_key=None, text_key="text", kind="manual", how_to_get=(
+        "Put 20_newsgroups.tar.gz (19,997 documents) or 20news-bydate.tar.gz into manual_dir.")),
+    _Recipe())
+
+# Eval size of segmentation datasets when it differs from the training crop: Cityscapes is
+# evaluated at full resolution so mIoU is exact.
+_SEG_EVAL_SHAPE = {"cityscapes": (1024, 2048), "voc2012_seg": (512, 512),
+                   "clutter_objects_seg": (32, 32)}
+
+
+def names() -> list[str]:
+  """Sorted registry keys."""
+  return sorted(_SPECS)
+
+
+def spec(name: str) -> _Spec:
+  """Full private spec of ``name``; unknown names raise ValueError listing valid ones."""
+  if name not in _SPECS:
+    raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(names())}.")
+  return _SPECS[name]
+
+
+def info(name: str) -> DatasetMeta:
+  """`DatasetMeta` of a registered dataset; unknown names raise ValueError listing names."""
+  return spec(name).meta
+
+
+# Cityscapes labelIds (0..33, -1 stored as 255) -> 19 trainIds; everything else -> 255.
+CITYSCAPES_LABEL_TO_TRAIN_ID = {
+    7: 0, 8: 1, 11: 2, 12: 3, 13: 4, 17: 5, 19: 6, 20: 7, 21: 8, 22: 9, 23: 10, 24: 11,
+    25: 12, 26: 13, 27: 14, 28: 15, 31: 16, 32: 17, 33: 18,
+}

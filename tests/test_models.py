@@ -1,0 +1,435 @@
+"""Tests of the model zoo: registry, shapes, parameter counts, dtypes, BatchNorm and dropout.
+
+Big models are only traced (`jax.eval_shape`, `jax.make_jaxpr`); real forwards run on the small
+models with tiny inputs.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calib_jax import models
+from calib_jax.models import resnet
+from calib_jax.models import vit
+
+KEY = jax.random.key(0)
+
+
+@functools.lru_cache(maxsize=None)
+def abstract_model(name, num_classes, input_shape, input_dtype="float32", **kw):
+  """(model, abstract variables, abstract eval logits) for `name`, traced only."""
+  model = models.get(name, num_classes, **kw)
+  x = jax.ShapeDtypeStruct(input_shape, jnp.dtype(input_dtype))
+  variables = jax.eval_shape(lambda x: model.init({"params": KEY}, x, train=False), x)
+  logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+  return model, variables, logits
+
+
+def tiny_input(name):
+  """A small valid input shape (and dtype) for the registered model `name`."""
+  if name == "gpool_cnn":
+    return (2, 12), "int32"
+  if name == "mlp":
+    return (2, 28, 28, 1), "float32"
+  return (2, 32, 32, 3), "float32"
+
+
+def tiny_kwargs(name):
+  kw = {}
+  if name == "gpool_cnn":
+    kw["vocab_size"] = 50
+  if name.startswith("vit_") and name.endswith("16"):
+    kw["image_size"] = 32
+  return kw
+
+
+# ---------------------------------------------------------------- registry
+
+def test_names_cover_the_models_of_the_papers():
+  expected = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "cifar_resnet20",
+              "cifar_resnet32", "cifar_resnet44", "cifar_resnet56", "cifar_resnet110",
+              "cifar_resnet56_v2", "vit_ti16", "vit_s16", "vit_b16", "vit_ti4", "vit_s4",
+              "vit_b4", "deeplabv3_resnet50", "deeplabv3_resnet101", "deeplabv3plus_resnet50",
+              "deeplabv3plus_resnet101", "mlp", "densenet_bc100_12", "vgg16", "gpool_cnn",
+              "small_cnn"}
+  assert set(models.names()) == expected
+  assert models.names() == sorted(models.names())
+
+
+def test_unknown_name_lists_valid_names():
+  with pytest.raises(ValueError, match="unknown model 'resnet51'") as info:
+    models.get("resnet51", 10)
+  for name in models.names():
+    assert name in str(info.value)
+
+
+def test_unknown_kwarg_lists_valid_kwargs():
+  with pytest.raises(ValueError, match="stme") as info:
+    models.get("resnet18", 10, stme="cifar")
+  message = str(info.value)
+  for valid in ("stem", "dtype", "axis_name"):
+    assert valid in message
+  # A bad keyword is also a TypeError, as for any Python call.
+  with pytest.raises(TypeError):
+    models.get("small_cnn", 10, image_size=32)
+
+
+@pytest.mark.parametrize("name,kw,match", [
+    ("resnet18", {"stem": "tiny"}, "stem"),
+    ("deeplabv3_resnet50", {"output_stride": 32}, "output_stride"),
+    ("vit_s16", {"image_size": 100}, "multiple of the patch size"),
+    ("cifar_resnet20", {"shortcut": "C"}, "shortcut"),
+    ("small_cnn", {"dtype": "int8"}, "dtype"),
+    ("mlp", {"dropout_rate": 1.0}, "dropout_rate"),
+    ("gpool_cnn", {}, "vocab_size"),
+])
+def test_bad_values_are_rejected_at_construction(name, kw, match):
+  with pytest.raises(ValueError, match=match):
+    models.get(name, 10, **kw)
+
+
+@pytest.mark.parametrize("num_classes", [0, -3, 2.5, True, "10"])
+def test_bad_num_classes(num_classes):
+  with pytest.raises(ValueError, match="num_classes"):
+    models.get("small_cnn", num_classes)
+
+
+def test_config_values_are_normalised():
+  model = models.get("mlp", 10, dtype="bfloat16", hidden=[8, 4])
+  assert model.dtype == jnp.bfloat16 and model.hidden == (8, 4)
+  hash(model)  # modules must stay hashable for jax.jit(model.apply)
+  assert models.get("small_cnn", np.int64(7)).num_classes == 7
+
+
+# ---------------------------------------------------------------- shapes and counts
+
+@pytest.mark.parametrize("name", models.names())
+def test_output_shape_and_dtype(name):
+  shape, dtype = tiny_input(name)
+  _, variables, logits = abstract_model(name, 7, shape, dtype, **tiny_kwargs(name))
+  if name.startswith("deeplab"):
+    assert logits.shape == (2, 32, 32, 7)
+  else:
+    assert logits.shape == (2, 7)
+  assert logits.dtype == jnp.float32
+  assert all(leaf.dtype == jnp.float32 for leaf in jax.tree_util.tree_leaves(variables))
+  assert "head" in variables["params"], "the classifier must be named 'head'"
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("resnet18", 11_689_512), ("resnet50", 25_557_032), ("resnet101", 44_549_160)])
+def test_resnet_parameter_counts_match_published(name, expected):
+  _, variables, _ = abstract_model(name, 1000, (1, 64, 64, 3))
+  assert models.param_count(variables["params"]) == expected
+
+
+@pytest.mark.parametrize("name,expected", [("vit_b16", 86_567_656), ("vit_s16", 22_050_664)])
+def test_vit_parameter_counts_match_published(name, expected):
+  _, variables, _ = abstract_model(name, 1000, (1, 224, 224, 3))
+  assert models.param_count(variables["params"]) == expected
+
+
+def cifar_resnet_v1_count(depth, num_classes, shortcut="A"):
+  """Parameters of He et al.'s CIFAR ResNet, counted from the architecture description."""
+  n = (depth - 2) // 6
+  count = 3 * 9 * 16 + 2 * 16  # stem conv + BN
+  width_in = 16
+  for width in (16, 32, 64):
+    for _ in range(n):
+      count += width_in * 9 * width + 2 * width + width * 9 * width + 2 * width
+      if shortcut == "B" and width_in != width:
+        count += width_in * width + 2 * width
+      width_in = width
+  return count + 64 * num_classes + num_classes
+
+
+def densenet_bc_count(depth, k, num_classes):
+  """Parameters of DenseNet-BC-L-k (Huang et al.), counted from the architecture description."""
+  n = (depth - 4) // 6
+  channels = 2 * k
+  count = 3 * 9 * channels
+  for block in range(3):
+    for _ in range(n):
+      count += 2 * channels + channels * 4 * k + 2 * 4 * k + 4 * k * 9 * k
+      channels += k
+    if block < 2:
+      count += 2 * channels + channels * (channels // 2)
+      channels //= 2
+  return count + 2 * channels + channels * num_classes + num_classes
+
+
+@pytest.mark.parametrize("name,depth,published", [
+    ("cifar_resnet20", 20, 0.27e6), ("cifar_resnet56", 56, 0.85e6),
+    ("cifar_resnet110", 110, 1.7e6)])
+def test_cifar_resnet_parameter_counts(name, depth, published):
+  _, variables, _ = abstract_model(name, 10, (1, 32, 32, 3))
+  count = models.param_count(variables["params"])
+  assert count == cifar_resnet_v1_count(depth, 10)
+  assert abs(count - published) / published < 0.02
+
+
+def test_cifar_resnet_option_b_adds_projections():
+  _, variables, _ = abstract_model("cifar_resnet20", 10, (1, 32, 32, 3), shortcut="B")
+  assert models.param_count(variables["params"]) == cifar_resnet_v1_count(20, 10, "B")
+  assert "downsample_conv" in variables["params"]["stage2_block0"]
+  _, variables_a, _ = abstract_model("cifar_resnet20", 10, (1, 32, 32, 3))
+  assert "downsample_conv" not in variables_a["params"]["stage2_block0"]
+
+
+def test_densenet_bc_100_12_parameter_count():
+  _, variables, _ = abstract_model("densenet_bc100_12", 10, (1, 32, 32, 3))
+  count = models.param_count(variables["params"])
+  assert count == densenet_bc_count(100, 12, 10)
+  assert abs(count - 0.8e6) / 0.8e6 < 0.05
+
+
+def test_resnet56_v2_is_the_keras_preactivation_bottleneck_net():
+  _, variables, _ = abstract_model("cifar_resnet56_v2", 10, (1, 32, 32, 3))
+  params = variables["params"]
+  assert len([k for k in params if k.startswith("stage")]) == 3 * 6  # 9n+2 = 56
+  # Bottleneck widths 16 -> 64, 64 -> 128, 128 -> 256 with 1x1-conv projections per stage.
+  for stage, (width, out) in enumerate(((16, 64), (64, 128), (128, 256)), start=1):
+    block = params[f"stage{stage}_block0"]
+    assert block["conv2"]["kernel"].shape == (3, 3, width, width)
+    assert block["conv3"]["kernel"].shape == (1, 1, width, out)
+    assert "shortcut_conv" in block and "shortcut_conv" not in params[f"stage{stage}_block1"]
+  assert "bn1" not in params["stage1_block0"]  # first unit reuses the stem's BN-ReLU
+  assert "bn1" in params["stage2_block0"]
+  assert params["head"]["kernel"].shape == (256, 10)
+
+
+@pytest.mark.parametrize("depth", [18, 50])
+def test_resnet_stems_output_strides(depth):
+  block, stage_sizes = resnet.RESNET_CONFIGS[depth]
+  x = jax.ShapeDtypeStruct((1, 64, 64, 3), jnp.float32)
+  for stem, stride1, stride4, stem_kernel in (("cifar", 1, 8, 3), ("imagenet", 4, 32, 7)):
+    backbone = resnet.ResNetBackbone(stage_sizes, block=block, stem=stem)
+    features, variables = jax.eval_shape(
+        lambda x: backbone.init_with_output({"params": KEY}, x), x)
+    assert features["stage1"].shape[1:3] == (64 // stride1,) * 2
+    assert features["stage4"].shape[1:3] == (64 // stride4,) * 2
+    assert variables["params"]["stem_conv"]["kernel"].shape == (stem_kernel, stem_kernel, 3, 64)
+  model = models.get(f"resnet{depth}", 10, stem="cifar")
+  assert model.stem == "cifar"
+
+
+def test_vit_position_embeddings_follow_image_size():
+  _, variables, _ = abstract_model("vit_ti4", 10, (1, 64, 64, 3), image_size=64)
+  assert variables["params"]["pos_embedding"].shape == (1, 16 * 16 + 1, 192)
+  model = models.get("vit_ti4", 10)  # default 32 px
+  with pytest.raises(ValueError, match="32x32"):
+    jax.eval_shape(lambda x: model.init({"params": KEY}, x),
+                   jax.ShapeDtypeStruct((1, 64, 64, 3), jnp.float32))
+
+
+# ---------------------------------------------------------------- DeepLab
+
+def conv_dilations(fn, *args):
+  """Set of rhs (kernel) dilations of every convolution in the traced computation."""
+  found = set()
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name == "conv_general_dilated":
+        found.add(tuple(eqn.params["rhs_dilation"]))
+      for value in eqn.params.values():
+        for sub in value if isinstance(value, (list, tuple)) else (value,):
+          if hasattr(sub, "jaxpr"):
+            walk(sub.jaxpr if hasattr(sub.jaxpr, "eqns") else sub.jaxpr.jaxpr)
+          elif hasattr(sub, "eqns"):
+            walk(sub)
+
+  walk(jax.make_jaxpr(fn)(*args).jaxpr)
+  assert all(d[0] == d[1] for d in found)
+  return {d[0] for d in found}
+
+
+@pytest.mark.parametrize("name,output_stride,dilations", [
+    ("deeplabv3_resnet50", 8, {1, 2, 4, 12, 24, 36}),
+    ("deeplabv3_resnet50", 16, {1, 2, 6, 12, 18}),
+    ("deeplabv3plus_resnet50", 16, {1, 2, 6, 12, 18}),
+])
+def test_deeplab_output_stride_and_atrous_rates(name, output_stride, dilations):
+  model, variables, _ = abstract_model(name, 21, (1, 64, 96, 3), output_stride=output_stride)
+  x = jax.ShapeDtypeStruct((1, 64, 96, 3), jnp.float32)
+  logits, state = jax.eval_shape(
+      lambda v, x: model.apply(v, x, train=False, mutable=["intermediates"]), variables, x)
+  assert logits.shape == (1, 64, 96, 21) and logits.dtype == jnp.float32
+  (features,) = state["intermediates"]["features"]
+  assert features.shape == (1, 64 // output_stride, 96 // output_stride, 2048)
+  if "plus" in name:
+    (low_level,) = state["intermediates"]["low_level"]
+    assert low_level.shape == (1, 16, 24, 256)
+  zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), variables)
+  used = conv_dilations(lambda v, x: model.apply(v, x, train=False), zeros,
+                        jnp.zeros(x.shape, x.dtype))
+  assert used == dilations
+  assert "image_pooling" in variables["params"]["aspp"]
+
+
+def test_deeplab_defaults():
+  assert models.get("deeplabv3_resnet50", 21).output_stride == 8
+  assert models.get("deeplabv3plus_resnet50", 21).output_stride == 16
+
+
+# ---------------------------------------------------------------- real forwards (small models)
+
+def _run(model, x, dropout_key=KEY):
+  """init (jit), eval forward (jit) and one train forward (jit) of `model` on `x`."""
+  variables = jax.jit(lambda x: model.init({"params": KEY}, x, train=False))(x)
+  eval_fn = jax.jit(lambda v, x: model.apply(v, x, train=False))
+  train_fn = jax.jit(lambda v, x, k: model.apply(v, x, train=True, mutable=["batch_stats"],
+                                                 rngs={"dropout": k}))
+  return variables, eval_fn, train_fn
+
+
+@pytest.fixture(scope="module")
+def small_cnn_run():
+  x = jax.random.normal(jax.random.key(1), (4, 8, 8, 3))
+  model = models.get("small_cnn", 5)
+  variables, eval_fn, train_fn = _run(model, x)
+  logits, updates = train_fn(variables, x, KEY)
+  return x, variables, eval_fn(variables, x), logits, updates
+
+
+def test_small_cnn_size_and_forward(small_cnn_run):
+  x, variables, eval_logits, train_logits, updates = small_cnn_run
+  assert 0.05e6 < models.param_count(variables["params"]) < 0.3e6
+  assert eval_logits.shape == train_logits.shape == (4, 5)
+  assert eval_logits.dtype == train_logits.dtype == jnp.float32
+  assert np.isfinite(eval_logits).all() and np.isfinite(train_logits).all()
+  # Batch statistics differ from the initial running statistics (mean 0, var 1).
+  assert not np.allclose(eval_logits, train_logits, atol=1e-4)
+  assert set(updates) == {"batch_stats"}
+
+
+def conv3x3_same(x, kernel):
+  """Reference 3x3 convolution, stride 1, zero padding 1, NHWC / HWIO, in numpy."""
+  x = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+  h, w = x.shape[1] - 2, x.shape[2] - 2
+  out = np.zeros(x.shape[:1] + (h, w, kernel.shape[-1]))
+  for i in range(3):
+    for j in range(3):
+      out += np.einsum("bhwc,co->bhwo", x[:, i:i + h, j:j + w], kernel[i, j])
+  return out
+
+
+def test_batchnorm_running_statistics_update(small_cnn_run):
+  x, variables, _, _, updates = small_cnn_run
+  kernel = np.asarray(variables["params"]["conv0"]["kernel"], np.float64)
+  y = conv3x3_same(np.asarray(x, np.float64), kernel)
+  batch_mean = y.mean(axis=(0, 1, 2))
+  batch_var = y.var(axis=(0, 1, 2))
+  stats = updates["batch_stats"]["bn0"]
+  # PyTorch momentum 0.1 = flax momentum 0.9, starting from mean 0 and variance 1.
+  np.testing.assert_allclose(stats["mean"], 0.1 * batch_mean, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(stats["var"], 0.9 + 0.1 * batch_var, rtol=1e-4, atol=1e-6)
+
+
+def test_eval_mode_uses_running_statistics(small_cnn_run):
+  x, variables, eval_logits, _, _ = small_cnn_run
+  model = models.get("small_cnn", 5)
+  # The same inputs in a different batch composition give the same eval logits.
+  again = model.apply(variables, x[:2], train=False)
+  np.testing.assert_allclose(again, eval_logits[:2], rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_matches_numpy_and_dropout_uses_the_rng():
+  x = jax.random.normal(jax.random.key(2), (3, 4, 5, 1))
+  model = models.get("mlp", 6, hidden=(16, 8), dropout_rate=0.5)
+  variables, eval_fn, train_fn = _run(model, x)
+  p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), variables["params"])
+  h = np.asarray(x, np.float64).reshape(3, -1)
+  for layer in ("dense0", "dense1"):
+    h = np.maximum(h @ p[layer]["kernel"] + p[layer]["bias"], 0.0)
+  expected = h @ p["head"]["kernel"] + p["head"]["bias"]
+  np.testing.assert_allclose(eval_fn(variables, x), expected, rtol=1e-5, atol=1e-5)
+  a, updates = train_fn(variables, x, jax.random.key(3))
+  b, _ = train_fn(variables, x, jax.random.key(4))
+  c, _ = train_fn(variables, x, jax.random.key(3))
+  assert updates == {}  # no BatchNorm, yet mutable=['batch_stats'] works
+  assert not np.allclose(a, b) and np.allclose(a, c)
+
+
+def test_cifar_resnet20_jit_forward_and_train_step():
+  x = jax.random.normal(jax.random.key(5), (2, 16, 16, 3))
+  model = models.get("cifar_resnet20", 10)
+  variables = jax.jit(lambda x: model.init({"params": KEY}, x, train=False))(x)
+  logits, updates = jax.jit(lambda v, x: model.apply(v, x, train=True, mutable=["batch_stats"]))(
+      variables, x)
+  assert logits.shape == (2, 10) and logits.dtype == jnp.float32
+  assert np.isfinite(logits).all()
+  old = variables["batch_stats"]["stage3_block2"]["bn2"]["mean"]
+  new = updates["batch_stats"]["stage3_block2"]["bn2"]["mean"]
+  assert not np.allclose(old, new)
+
+
+# ---------------------------------------------------------------- bfloat16
+
+def assert_bf16_close(out, ref):
+  """bf16-computed logits: float32, finite, close to the float32 ones but not bit-identical."""
+  assert out.dtype == jnp.float32, "logits must be float32 whatever the computation dtype"
+  assert np.isfinite(out).all()
+  scale = float(np.abs(ref).max()) + 1e-3
+  assert float(np.abs(out - ref).max()) < 0.1 * scale
+  assert not np.array_equal(out, ref), "bf16 computation should round differently from f32"
+
+
+def assert_float32_params(model, x):
+  variables = jax.eval_shape(lambda x: model.init({"params": KEY}, x), x)
+  assert {l.dtype for l in jax.tree_util.tree_leaves(variables)} == {jnp.dtype(jnp.float32)}
+
+
+def test_bf16_small_cnn(small_cnn_run):
+  x, variables, eval_logits, _, _ = small_cnn_run
+  model = models.get("small_cnn", 5, dtype=jnp.bfloat16)
+  assert_bf16_close(model.apply(variables, x, train=False), eval_logits)
+  assert_float32_params(model, x)
+
+
+def test_bf16_vit():
+  x = jax.random.normal(jax.random.key(7), (2, 8, 8, 3))
+  kw = dict(num_classes=10, patch_size=4, hidden_size=32, depth=1, num_heads=2, mlp_dim=64,
+            image_size=8)
+  f32, model = vit.ViT(**kw), vit.ViT(**kw, dtype=jnp.bfloat16)
+  variables = jax.jit(f32.init)({"params": KEY}, x)
+  assert_bf16_close(jax.jit(model.apply)(variables, x), jax.jit(f32.apply)(variables, x))
+  assert_float32_params(model, x)
+
+
+# ---------------------------------------------------------------- text CNN
+
+def test_gpool_cnn_embedding_from_array_and_freezing(tmp_path):
+  table = np.random.default_rng(0).normal(size=(25, 6)).astype(np.float32)
+  tokens = jnp.array([[1, 2, 3, 4, 0, 0, 0], [5, 6, 7, 8, 9, 24, 0]])
+  model = models.get("gpool_cnn", 3, embedding=table, filter_sizes=[3, 3], num_filters=4,
+                     hidden=0, train_embedding=False)
+  assert (model.vocab_size, model.embed_dim) == (25, 6)
+  variables = model.init({"params": KEY}, tokens)
+  np.testing.assert_array_equal(variables["params"]["embedding"]["embedding"], table)
+
+  def loss(params):
+    return jnp.sum(model.apply({"params": params}, tokens) ** 2)
+
+  grads = jax.grad(loss)(variables["params"])
+  assert not np.any(grads["embedding"]["embedding"])
+  assert np.any(grads["conv0"]["kernel"])
+
+  bf16 = models.get("gpool_cnn", 3, embedding=table, filter_sizes=[3, 3], num_filters=4,
+                    hidden=0, dtype="bfloat16")
+  assert_bf16_close(bf16.apply(variables, tokens), model.apply(variables, tokens))
+
+  np.save(tmp_path / "glove.npy", table)
+  from_file = models.get("gpool_cnn", 3, embedding=str(tmp_path / "glove.npy"))
+  assert (from_file.vocab_size, from_file.embed_dim) == (25, 6)
+  with pytest.raises(ValueError, match="vocab_size"):
+    models.get("gpool_cnn", 3, embedding=table, vocab_size=30)
+
+
+def test_gpool_cnn_rejects_float_input():
+  model = models.get("gpool_cnn", 3, vocab_size=10)
+  with pytest.raises(ValueError, match="int tokens"):
+    jax.eval_shape(lambda x: model.init({"params": KEY}, x),
+                   jax.ShapeDtypeStruct((2, 5), jnp.float32))

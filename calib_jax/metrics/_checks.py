@@ -1,0 +1,130 @@
+"""Input validation shared by the metric functions.
+
+Shapes are static under `jax.jit`, so shape errors are always raised eagerly. Value checks
+(labels in range, a mask that selects something) run only when the values are concrete, i.e.
+when a metric is called outside a trace; inside a user's `jit` they are skipped (documented in
+each public function).
+"""
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ArrayLike = jax.typing.ArrayLike
+
+
+def is_concrete(*xs) -> bool:
+  """True when none of `xs` is a tracer, so their values can be inspected."""
+  return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _shape(x) -> tuple:
+  return tuple(np.shape(x))
+
+
+def as_float_array(x: ArrayLike, name: str) -> jax.Array:
+  """Converts to a float32 jax array (bf16/f16 inputs are upcast; accumulation is float32)."""
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    x = np.asarray(x)
+    dtype = x.dtype
+  if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+          or dtype == bool):
+    raise ValueError(f"{name} must be a real-valued array, got dtype {dtype}.")
+  return jnp.asarray(x, jnp.float32)
+
+
+def as_int_array(x: ArrayLike, name: str) -> jax.Array:
+  """Converts integer class indices to int32; float or bool labels are rejected."""
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    x = np.asarray(x)
+    dtype = x.dtype
+  if not jnp.issubdtype(dtype, jnp.integer):
+    raise ValueError(f"{name} must hold integer class indices, got dtype {dtype}.")
+  return jnp.asarray(x, jnp.int32)
+
+
+def as_bool_array(x: ArrayLike, name: str) -> jax.Array:
+  """Converts a bool (or 0/1 integer) array to bool."""
+  dtype = getattr(x, "dtype", None)
+  if dtype is None:
+    x = np.asarray(x)
+    dtype = x.dtype
+  if not (dtype == bool or jnp.issubdtype(dtype, jnp.integer)):
+    raise ValueError(f"{name} must be a bool array, got dtype {dtype}.")
+  return jnp.asarray(x).astype(bool)
+
+
+def check_num_bins(num_bins) -> int:
+  if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
+    raise ValueError(f"num_bins must be a positive Python int, got {num_bins!r}.")
+  return int(num_bins)
+
+
+def flatten_probs_labels(probs: ArrayLike, labels: ArrayLike,
+                         mask: Optional[ArrayLike]):
+  """Validates `probs [..., C]`, `labels [...]`, `mask [...]` and flattens the leading dims.
+
+  Returns `(probs [N, C] f32, labels [N] i32, mask [N] bool or None)`.
+  """
+  p_shape, l_shape = _shape(probs), _shape(labels)
+  if len(p_shape) < 2:
+    raise ValueError(f"probs must have shape [..., C] with at least 2 dims, got {p_shape}.")
+  if p_shape[:-1] != l_shape:
+    raise ValueError(
+        f"labels shape {l_shape} must equal the leading shape of probs {p_shape[:-1]}.")
+  num_classes = p_shape[-1]
+  if num_classes < 1:
+    raise ValueError(f"probs has no classes (shape {p_shape}).")
+  n = int(np.prod(l_shape))
+  if n == 0:
+    raise ValueError(f"empty input: probs has shape {p_shape}; metrics need >= 1 sample.")
+  probs = as_float_array(probs, "probs").reshape(n, num_classes)
+  labels = as_int_array(labels, "labels").reshape(n)
+  mask = flatten_mask(mask, l_shape)
+  check_label_values(labels, num_classes, mask)
+  return probs, labels, mask
+
+
+def flatten_mask(mask: Optional[ArrayLike], leading_shape: tuple) -> Optional[jax.Array]:
+  """Validates a bool mask of shape `leading_shape`, flattens it, and checks it is non-empty."""
+  if mask is None:
+    return None
+  if _shape(mask) != tuple(leading_shape):
+    raise ValueError(f"mask shape {_shape(mask)} must equal {tuple(leading_shape)}.")
+  mask = as_bool_array(mask, "mask").reshape(-1)
+  if is_concrete(mask) and not bool(jnp.any(mask)):
+    raise ValueError("mask selects no entries; metrics of an empty set are undefined.")
+  return mask
+
+
+def check_label_values(labels: jax.Array, num_classes: int, mask: Optional[jax.Array]) -> None:
+  """Raises when a valid label lies outside [0, num_classes) (only for concrete values)."""
+  if not is_concrete(labels, mask):
+    return
+  if mask is None:
+    lo, hi = jnp.min(labels), jnp.max(labels)
+  else:
+    lo = jnp.min(jnp.where(mask, labels, 0))
+    hi = jnp.max(jnp.where(mask, labels, 0))
+  lo, hi = int(lo), int(hi)
+  if lo < 0 or hi >= num_classes:
+    bad = lo if lo < 0 else hi
+    raise ValueError(
+        f"label {bad} at a valid position is outside [0, {num_classes}); mask out ignored "
+        "entries (e.g. ignore_index=255) with `mask`.")
+
+
+def flatten_scores_correct(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike]):
+  """Validates selective-classification inputs `scores [...]`, `correct [...]`; flattens them."""
+  s_shape, c_shape = _shape(scores), _shape(correct)
+  if s_shape != c_shape:
+    raise ValueError(f"scores shape {s_shape} must equal correct shape {c_shape}.")
+  n = int(np.prod(s_shape))
+  if n == 0:
+    raise ValueError("empty input: selective-classification metrics need >= 1 sample.")
+  scores = as_float_array(scores, "scores").reshape(n)
+  correct = as_bool_array(correct, "correct").reshape(n)
+  return scores, correct, flatten_mask(mask, s_shape)

@@ -1,0 +1,354 @@
+"""Calibration metrics of a classifier's probabilities (SPEC §2).
+
+All functions take `probs [..., C]` (leading dims are flattened, e.g. segmentation pixels),
+integer `labels [...]` and an optional bool `mask [...]` selecting the valid entries. Results are
+float32 scalars holding fractions (not percent).
+
+Conventions: confidence `c = max_k p_k`, prediction `argmax p` (first index on ties), equal-width
+bins with `b = clip(ceil(c·B) − 1, 0, B − 1)` computed in float32 (bins are `(lo, hi]`, `c = 0`
+falls in bin 0).
+
+Shape errors are raised eagerly. Out-of-range labels and an all-false mask raise when the values
+are concrete; inside a user's `jax.jit` they cannot be checked: out-of-range labels then count as
+wrong predictions, and an all-false mask gives 0.0.
+"""
+import functools
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from calib_jax.metrics import _checks
+from calib_jax.metrics import _sorting
+
+ArrayLike = jax.typing.ArrayLike
+
+# Above this many classes per bin, classwise ECE scatters only each row's top-B probabilities
+# (every probability above 1/B is among them) instead of all C of them.
+_TOP_K_CLASS_FACTOR = 4
+
+
+class ReliabilityBins(NamedTuple):
+  """Per-bin statistics of a reliability diagram; empty bins have confidence = accuracy = 0."""
+  counts: jax.Array       # int32 [B], number of (valid) samples per bin
+  confidence: jax.Array   # float32 [B], mean confidence per bin
+  accuracy: jax.Array     # float32 [B], fraction correct per bin
+
+
+def bin_index(confidence: jax.Array, num_bins: int) -> jax.Array:
+  """Equal-width bin of each confidence: `clip(ceil(c·B) − 1, 0, B − 1)` (bins are `(lo, hi]`)."""
+  b = jnp.ceil(confidence * num_bins).astype(jnp.int32) - 1
+  return jnp.clip(b, 0, num_bins - 1)
+
+
+def confidence_and_correct(probs: jax.Array, labels: jax.Array):
+  """Max probability and whether the argmax (first index on ties) equals the label."""
+  pred = jnp.argmax(probs, axis=-1)
+  conf = jnp.take_along_axis(probs, pred[..., None], axis=-1)[..., 0]
+  return conf, pred == labels
+
+
+def _valid_count(mask: Optional[jax.Array], n: int) -> jax.Array:
+  if mask is None:
+    return jnp.float32(n)
+  return jnp.sum(mask, dtype=jnp.int32).astype(jnp.float32)
+
+
+def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
+  return jnp.where(den > 0, num / jnp.where(den > 0, den, 1), 0.0).astype(jnp.float32)
+
+
+def _route(index: jax.Array, mask: Optional[jax.Array], overflow: int) -> jax.Array:
+  """Sends masked-out entries to an extra segment `overflow` that is dropped afterwards."""
+  return index if mask is None else jnp.where(mask, index, overflow)
+
+
+def _bin_sums(conf, correct, mask, num_bins):
+  """Per-bin sample counts (int32), confidence sums (f32) and correct counts (int32)."""
+  b = _route(bin_index(conf, num_bins), mask, num_bins)
+  counts = jax.ops.segment_sum(jnp.ones_like(b), b, num_bins + 1)[:num_bins]
+  conf_sum = jax.ops.segment_sum(conf, b, num_bins + 1)[:num_bins]
+  hits = jax.ops.segment_sum(correct.astype(jnp.int32), b, num_bins + 1)[:num_bins]
+  return counts, conf_sum, hits
+
+
+def _ece_from_bins(conf_sum, hits, n):
+  return _safe_div(jnp.sum(jnp.abs(hits.astype(jnp.float32) - conf_sum)), n)
+
+
+def _mce_from_bins(counts, conf_sum, hits):
+  gaps = jnp.abs(hits.astype(jnp.float32) - conf_sum) / jnp.maximum(counts, 1)
+  return jnp.max(jnp.where(counts > 0, gaps, 0.0)).astype(jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _ece(probs, labels, mask, num_bins):
+  conf, correct = confidence_and_correct(probs, labels)
+  _, conf_sum, hits = _bin_sums(conf, correct, mask, num_bins)
+  return _ece_from_bins(conf_sum, hits, _valid_count(mask, labels.shape[0]))
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _mce(probs, labels, mask, num_bins):
+  conf, correct = confidence_and_correct(probs, labels)
+  return _mce_from_bins(*_bin_sums(conf, correct, mask, num_bins))
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _reliability_bins(probs, labels, mask, num_bins):
+  conf, correct = confidence_and_correct(probs, labels)
+  counts, conf_sum, hits = _bin_sums(conf, correct, mask, num_bins)
+  return ReliabilityBins(counts, _safe_div(conf_sum, counts), _safe_div(hits, counts))
+
+
+def sort_confidences(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array]):
+  """Sorts confidences ascending with their correct bit; masked entries come first (key 0).
+
+  Returns `(keys uint32 [N], correct uint8 [N])`; valid keys are >= 1 and order like `conf`.
+  """
+  key = _sorting.monotone_key(conf)
+  bit = correct
+  if mask is not None:
+    key = jnp.where(mask, key, 0)
+    bit = jnp.logical_and(bit, mask)
+  return _sorting.sort_with_bit(key, bit)
+
+
+def aece_from_sorted(keys: jax.Array, bits: jax.Array, n: jax.Array, num_bins: int):
+  """AECE from ascending-sorted confidence keys whose last `n` entries are the valid ones.
+
+  Groups are contiguous with sizes differing by at most one, larger first (`np.array_split`).
+  A tie group of equal confidences cut by a group boundary gives each side its mean accuracy
+  (the expectation over the order of the ties), so the result does not depend on tie order.
+  """
+  total = keys.shape[0]
+  n = n.astype(jnp.int32)
+  offset = total - n
+  q, r = n // num_bins, n % num_bins
+  g = jnp.arange(num_bins + 1, dtype=jnp.int32)
+  # Start (relative to the first valid entry) of each group, and n for the end.
+  starts = jnp.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
+  cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(bits.astype(jnp.int32))])
+  split = offset + starts  # absolute split points in [offset, total]
+  inner = jnp.clip(split, 1, total - 1)
+  cut_ties = (split > offset) & (split < total) & (keys[inner - 1] == keys[inner])
+  tie_key = keys[inner]
+  tie_lo = jnp.searchsorted(keys, tie_key, side="left").astype(jnp.int32)
+  tie_hi = jnp.searchsorted(keys, tie_key, side="right").astype(jnp.int32)
+  tie_mean = (cum[tie_hi] - cum[tie_lo]).astype(jnp.float32) / jnp.maximum(tie_hi - tie_lo, 1)
+  hits_before = jnp.where(
+      cut_ties, cum[tie_lo] + (split - tie_lo).astype(jnp.float32) * tie_mean,
+      cum[split].astype(jnp.float32))
+  group_hits = jnp.diff(hits_before)
+  # Confidence sums do not depend on the order of tied values, so plain positions suffice.
+  pos = jnp.arange(total, dtype=jnp.int32) - offset
+  group = jnp.where(pos < r * (q + 1), pos // jnp.maximum(q + 1, 1),
+                    r + (pos - r * (q + 1)) // jnp.maximum(q, 1))
+  group = jnp.where(pos >= 0, group, num_bins)
+  conf = _sorting.key_to_score(keys)
+  group_conf = jax.ops.segment_sum(conf, group, num_bins + 1)[:num_bins]
+  return _safe_div(jnp.sum(jnp.abs(group_hits - group_conf)), n.astype(jnp.float32))
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _aece(probs, labels, mask, num_bins):
+  conf, correct = confidence_and_correct(probs, labels)
+  keys, bits = sort_confidences(conf, correct, mask)
+  n = jnp.int32(labels.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  return aece_from_sorted(keys, bits, n, num_bins)
+
+
+def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
+                       num_bins: int):
+  """Per-class equal-width bins on `p_k`: confidence sums `[C, B]` f32 and label hits `[C, B]`."""
+  n, num_classes = probs.shape
+  overflow = num_classes * num_bins
+  classes = jnp.arange(num_classes, dtype=jnp.int32)
+  if num_classes > _TOP_K_CLASS_FACTOR * num_bins:
+    # At most B−1 probabilities of a row exceed 1/B (they sum to 1), so the row's top B hold
+    # every entry outside bin 0; bin 0 gets the rest of the column sum.
+    vals, cls = lax.top_k(probs, num_bins)
+    b = bin_index(vals, num_bins)
+    idx = jnp.where(b >= 1, cls * num_bins + b, overflow)
+    if mask is not None:
+      idx = jnp.where(mask[:, None], idx, overflow)
+    high = jax.ops.segment_sum(vals.reshape(-1), idx.reshape(-1), overflow + 1)[:overflow]
+    high = high.reshape(num_classes, num_bins)
+    col = jnp.sum(probs if mask is None else jnp.where(mask[:, None], probs, 0.0), axis=0)
+    conf_sum = high.at[:, 0].set(col - jnp.sum(high[:, 1:], axis=1))
+  else:
+    idx = classes * num_bins + bin_index(probs, num_bins)
+    if mask is not None:
+      idx = jnp.where(mask[:, None], idx, overflow)
+    conf_sum = jax.ops.segment_sum(probs.reshape(-1), idx.reshape(-1), overflow + 1)
+    conf_sum = conf_sum[:overflow].reshape(num_classes, num_bins)
+  p_label = jnp.take_along_axis(probs, jnp.clip(labels, 0, num_classes - 1)[:, None], 1)[:, 0]
+  in_range = (labels >= 0) & (labels < num_classes)
+  hit_idx = jnp.where(in_range, labels * num_bins + bin_index(p_label, num_bins), overflow)
+  hit_idx = _route(hit_idx, mask, overflow)
+  hits = jax.ops.segment_sum(jnp.ones_like(hit_idx), hit_idx, overflow + 1)[:overflow]
+  return conf_sum, hits.reshape(num_classes, num_bins)
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _classwise_ece(probs, labels, mask, num_bins):
+  conf_sum, hits = classwise_bin_sums(probs, labels, mask, num_bins)
+  gap = jnp.sum(jnp.abs(hits.astype(jnp.float32) - conf_sum))
+  return _safe_div(gap, _valid_count(mask, labels.shape[0]) * probs.shape[1])
+
+
+def _masked_mean(x, mask, n):
+  total = jnp.sum(x if mask is None else jnp.where(mask, x, 0.0))
+  return _safe_div(total, _valid_count(mask, n))
+
+
+@jax.jit
+def _nll_from_probs(probs, labels, mask):
+  p = jnp.take_along_axis(probs, jnp.clip(labels, 0, probs.shape[1] - 1)[:, None], 1)[:, 0]
+  tiny = jnp.finfo(jnp.float32).tiny
+  return _masked_mean(-jnp.log(jnp.maximum(p, tiny)), mask, labels.shape[0])
+
+
+@jax.jit
+def _nll_from_logits(logits, labels, mask):
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  lp = jnp.take_along_axis(logp, jnp.clip(labels, 0, logits.shape[1] - 1)[:, None], 1)[:, 0]
+  return _masked_mean(-lp, mask, labels.shape[0])
+
+
+@jax.jit
+def _brier(probs, labels, mask):
+  onehot = jax.nn.one_hot(labels, probs.shape[1], dtype=jnp.float32)
+  return _masked_mean(jnp.sum(jnp.square(probs - onehot), axis=-1), mask, labels.shape[0])
+
+
+@jax.jit
+def _accuracy(probs, labels, mask):
+  _, correct = confidence_and_correct(probs, labels)
+  return _masked_mean(correct.astype(jnp.float32), mask, labels.shape[0])
+
+
+@jax.jit
+def _average_confidence(probs, mask):
+  return _masked_mean(jnp.max(probs, axis=-1), mask, probs.shape[0])
+
+
+@jax.jit
+def _over_under(probs, labels, mask):
+  conf, correct = confidence_and_correct(probs, labels)
+  valid = jnp.ones_like(correct) if mask is None else mask
+  wrong, right = valid & ~correct, valid & correct
+  over = _safe_div(jnp.sum(jnp.where(wrong, conf, 0.0)), jnp.sum(wrong, dtype=jnp.float32))
+  under = _safe_div(jnp.sum(jnp.where(right, 1.0 - conf, 0.0)), jnp.sum(right, dtype=jnp.float32))
+  return over, under
+
+
+def ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
+        mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Expected calibration error: `Σ_b |B_b|/N · |acc_b − conf_b|` over equal-width bins.
+
+  Args:
+    probs: `[..., C]` probabilities.
+    labels: `[...]` integer labels.
+    num_bins: number of equal-width confidence bins (static under jit).
+    mask: optional bool `[...]`, True for entries that count.
+
+  Returns:
+    float32 scalar in [0, 1].
+  """
+  num_bins = _checks.check_num_bins(num_bins)
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _ece(probs, labels, mask, num_bins)
+
+
+def mce(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
+        mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Maximum calibration error: max over non-empty equal-width bins of `|acc_b − conf_b|`."""
+  num_bins = _checks.check_num_bins(num_bins)
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _mce(probs, labels, mask, num_bins)
+
+
+def aece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
+         mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Adaptive ECE: equal-mass bins of the sorted confidences (`np.array_split` sizes).
+
+  Confidences are sorted ascending and cut into `num_bins` contiguous groups whose sizes differ
+  by at most one, larger groups first; each contributes `|B_g|/N · |acc_g − conf_g|`. Where a
+  run of exactly equal confidences is cut by a group boundary, both sides get the run's mean
+  accuracy (expectation over tie order), so ties never make the result order-dependent.
+  """
+  num_bins = _checks.check_num_bins(num_bins)
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _aece(probs, labels, mask, num_bins)
+
+
+def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
+                  mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Classwise ECE: per class k, equal-width bins on `p_k` against `1[y = k]`; mean over C.
+
+  C is the number of columns of `probs` (classes absent from `labels` still count). Rows must
+  be probability vectors (sum ≈ 1): for large C only each row's top `num_bins` entries are
+  binned individually, which is exact when at most `num_bins` entries exceed `1/num_bins`.
+  """
+  num_bins = _checks.check_num_bins(num_bins)
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _classwise_ece(probs, labels, mask, num_bins)
+
+
+def reliability_bins(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
+                     mask: Optional[ArrayLike] = None) -> ReliabilityBins:
+  """Per-bin counts, mean confidence and accuracy of the equal-width confidence bins."""
+  num_bins = _checks.check_num_bins(num_bins)
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _reliability_bins(probs, labels, mask, num_bins)
+
+
+def nll(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = None, *,
+        from_logits: bool = False) -> jax.Array:
+  """Mean negative log-likelihood of the labels.
+
+  With probabilities, `p_y` is clipped at the smallest normal float32 (so at most ≈ 87.3 per
+  sample); pass logits with `from_logits=True` for the exact log-softmax value.
+  """
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  if from_logits:
+    return _nll_from_logits(probs, labels, mask)
+  return _nll_from_probs(probs, labels, mask)
+
+
+def brier(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Brier score `Σ_k (p_k − onehot_k)²` (sum over classes), mean over samples; in [0, 2]."""
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _brier(probs, labels, mask)
+
+
+def accuracy(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Fraction of samples whose argmax (first index on ties) equals the label."""
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _accuracy(probs, labels, mask)
+
+
+def average_confidence(probs: ArrayLike, labels: Optional[ArrayLike] = None,
+                       mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Mean of `max_k p_k`; `labels` is accepted for a uniform signature but not needed."""
+  if labels is None:
+    leading = tuple(jnp.shape(probs))[:-1]
+    labels = jnp.zeros(leading, jnp.int32)
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _average_confidence(probs, mask)
+
+
+def overconfidence(probs: ArrayLike, labels: ArrayLike,
+                   mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Mean confidence over the wrong predictions (0.0 when there are none)."""
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _over_under(probs, labels, mask)[0]
+
+
+def underconfidence(probs: ArrayLike, labels: ArrayLike,
+                    mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Mean of `1 − confidence` over the correct predictions (0.0 when there are none)."""
+  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  return _over_under(probs, labels, mask)[1]

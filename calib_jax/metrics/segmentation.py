@@ -1,0 +1,127 @@
+"""Segmentation helpers: confusion matrix / mIoU, ignore masks, and pixel subsampling.
+
+Calibration and selective metrics work on pixels directly: pass `probs [B, H, W, C]`, labels
+`[B, H, W]` and `mask = valid_mask(labels)` (leading dims are flattened by every metric).
+"""
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from calib_jax.metrics import _checks
+
+ArrayLike = jax.typing.ArrayLike
+
+
+def valid_mask(labels: ArrayLike, ignore_index: Optional[int] = 255) -> jax.Array:
+  """True where `labels != ignore_index` (all True when `ignore_index` is None)."""
+  labels = jnp.asarray(labels)
+  if ignore_index is None:
+    return jnp.ones(labels.shape, bool)
+  return labels != ignore_index
+
+
+@functools.partial(jax.jit, static_argnames="num_classes")
+def _confusion(pred, labels, mask, num_classes):
+  in_range = (labels >= 0) & (labels < num_classes) & (pred >= 0) & (pred < num_classes)
+  keep = in_range if mask is None else in_range & mask
+  overflow = num_classes * num_classes
+  idx = jnp.where(keep, labels * num_classes + pred, overflow)
+  counts = jax.ops.segment_sum(jnp.ones_like(idx), idx, overflow + 1)[:overflow]
+  return counts.reshape(num_classes, num_classes)
+
+
+def _flatten_pred_labels(pred, labels, num_classes, mask):
+  if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
+  p_shape, l_shape = tuple(jnp.shape(pred)), tuple(jnp.shape(labels))
+  if p_shape != l_shape:
+    raise ValueError(f"pred shape {p_shape} must equal labels shape {l_shape}.")
+  if 0 in p_shape:
+    raise ValueError("empty input: pred/labels have no entries.")
+  pred = _checks.as_int_array(pred, "pred").reshape(-1)
+  labels = _checks.as_int_array(labels, "labels").reshape(-1)
+  mask = _checks.flatten_mask(mask, l_shape)
+  _checks.check_label_values(labels, num_classes, mask)
+  _checks.check_label_values(pred, num_classes, mask)
+  return pred, labels, mask
+
+
+def confusion_matrix(pred: ArrayLike, labels: ArrayLike, num_classes: int,
+                     mask: Optional[ArrayLike] = None) -> jax.Array:
+  """int32 `[C, C]` counts, rows = true label, columns = prediction, over valid entries."""
+  pred, labels, mask = _flatten_pred_labels(pred, labels, num_classes, mask)
+  return _confusion(pred, labels, mask, num_classes)
+
+
+def iou_from_confusion(confusion: jax.Array):
+  """Per-class IoU `TP / (TP + FP + FN)` and their mean over classes present in either.
+
+  Classes that appear neither in the labels nor in the predictions have no IoU; they are left
+  out of the mean (and reported as 0 in the per-class array). Returns `(miou, per_class)`.
+  """
+  confusion = confusion.astype(jnp.float32)
+  tp = jnp.diagonal(confusion)
+  union = jnp.sum(confusion, 0) + jnp.sum(confusion, 1) - tp
+  present = union > 0
+  per_class = jnp.where(present, tp / jnp.where(present, union, 1.0), 0.0)
+  miou = jnp.sum(per_class) / jnp.maximum(jnp.sum(present), 1)
+  return miou.astype(jnp.float32), per_class
+
+
+def miou(pred: ArrayLike, labels: ArrayLike, num_classes: int,
+         mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Mean intersection-over-union of integer predictions vs labels over valid entries.
+
+  Args:
+    pred: integer predictions `[...]` (e.g. `argmax` of the logits).
+    labels: integer labels, same shape; positions with an ignore label must be masked out.
+    num_classes: C.
+    mask: optional bool `[...]`, e.g. `valid_mask(labels, 255)`.
+
+  Returns:
+    float32 scalar: mean IoU over classes present in labels or predictions.
+  """
+  return iou_from_confusion(confusion_matrix(pred, labels, num_classes, mask))[0]
+
+
+@functools.partial(jax.jit, static_argnames="num_pixels")
+def _subsample(key, valid, num_pixels):
+  batch = valid.shape[0]
+  flat = valid.reshape(batch, -1)
+  priority = jax.random.uniform(key, flat.shape)
+  # Valid pixels get priorities in [1, 2), invalid ones in [0, 1): top-k takes valid first.
+  priority = priority + flat.astype(jnp.float32)
+  _, idx = lax.top_k(priority, num_pixels)
+  chosen = jnp.zeros_like(flat)
+  chosen = jax.vmap(lambda c, i: c.at[i].set(True))(chosen, idx)
+  return (chosen & flat).reshape(valid.shape)
+
+
+def subsample_pixels(key: jax.Array, mask: ArrayLike, num_pixels: int = 5000) -> jax.Array:
+  """Picks up to `num_pixels` valid pixels per image uniformly at random (LS-vs-SC §2.4).
+
+  The risk–coverage curves of dense tasks are estimated on 5000 random labelled pixels per
+  image. The choice depends only on `key` and `mask`, so models evaluated with the same key see
+  the same pixels.
+
+  Args:
+    key: a `jax.random` key.
+    mask: bool `[B, H, W]`, True at labelled pixels (e.g. `valid_mask(labels)`).
+    num_pixels: pixels per image; images with fewer valid pixels keep all of them.
+
+  Returns:
+    bool `[B, H, W]`: the chosen pixels (a subset of `mask`).
+  """
+  shape = tuple(jnp.shape(mask))
+  if len(shape) < 2:
+    raise ValueError(f"mask must be [B, ...] with at least 2 dims, got shape {shape}.")
+  if isinstance(num_pixels, bool) or not isinstance(num_pixels, int) or num_pixels < 1:
+    raise ValueError(f"num_pixels must be a positive int, got {num_pixels!r}.")
+  per_image = 1
+  for d in shape[1:]:
+    per_image *= d
+  mask = _checks.as_bool_array(mask, "mask")
+  return _subsample(key, mask, min(num_pixels, per_image))

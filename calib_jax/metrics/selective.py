@@ -1,0 +1,233 @@
+"""Selective-classification metrics with tie-aware risk–coverage curves (SPEC §2).
+
+Inputs are `scores [...]` (higher = more confident), `correct [...]` (bool) and an optional bool
+`mask [...]`; leading dims are flattened. Samples are ranked by score, descending, and samples
+with exactly equal scores are accepted or rejected together: within a tie group every sample's
+error counts as the group's mean error (the expectation over the orderings of the ties). With
+`E_k` the tie-aware number of errors among the k most confident samples and n valid samples:
+
+* `risk_coverage_curve`: coverage `k/n`, risk `E_k/k`, k = 1..n;
+* `aurc = mean_k E_k/k`; `eaurc = aurc − aurc_opt` (errors ranked last); `augrc = mean_k E_k/n`;
+* `coverage_at_risk`: largest `k/n` at a tie-group boundary with `E_k/k ≤ risk` (0 if none);
+* `risk_at_coverage`: `E_k/k` at `k = ceil(coverage·n)`.
+
+All are jit-able; errors and the tie bookkeeping are int32, risks float32.
+"""
+import functools
+import math
+import numbers
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from calib_jax.metrics import _checks
+from calib_jax.metrics import _sorting
+
+ArrayLike = jax.typing.ArrayLike
+_INT_MAX = np.iinfo(np.int32).max
+
+
+class RankedErrors(NamedTuple):
+  """Tie-aware error counts along the descending score order (entries past `n` are padding)."""
+  errors: jax.Array      # float32 [N], E_k for k = index + 1
+  boundary: jax.Array    # bool [N], True where a tie group ends (and index < n)
+  cum_errors: jax.Array  # int32 [N], errors among the first index + 1 samples (sorted order)
+  n: jax.Array           # int32 [], number of valid samples
+
+
+def rank_errors(scores: jax.Array, errors: jax.Array,
+                mask: Optional[jax.Array]) -> RankedErrors:
+  """Sorts by score (descending) and computes tie-aware cumulative errors `E_k`."""
+  total = scores.shape[0]
+  key = jnp.maximum(_sorting.monotone_key(scores), 1)
+  bit = errors
+  if mask is not None:
+    key = jnp.where(mask, key, 0)
+    bit = bit & mask
+  keys, bits = _sorting.sort_with_bit(key, bit)
+  keys, bits = keys[::-1], bits[::-1].astype(jnp.int32)  # descending; invalid entries last
+  n = jnp.int32(total) if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  idx = jnp.arange(total, dtype=jnp.int32)
+  cum = jnp.cumsum(bits)
+  valid = idx < n
+  differs_next = jnp.concatenate([keys[1:] != keys[:-1], jnp.ones(1, bool)])
+  is_last = valid & (differs_next | (idx == n - 1))
+  is_first = valid & jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
+  start = lax.cummax(jnp.where(is_first, idx, 0))
+  before = lax.cummax(jnp.where(is_first, cum - bits, 0))
+  end = lax.cummin(jnp.where(is_last, idx, total - 1), reverse=True)
+  at_end = lax.cummin(jnp.where(is_last, cum, _INT_MAX), reverse=True)
+  size = (end - start + 1).astype(jnp.float32)
+  taken = (idx + 1 - start).astype(jnp.float32)
+  tie_errors = before.astype(jnp.float32) + taken * (at_end - before).astype(jnp.float32) / size
+  tie_errors = jnp.where(valid, tie_errors, 0.0)
+  return RankedErrors(tie_errors, is_last, cum, n)
+
+
+def _aurc_from_ranked(r: RankedErrors) -> jax.Array:
+  k = jnp.arange(1, r.errors.shape[0] + 1, dtype=jnp.float32)
+  return jnp.sum(r.errors / k) / r.n.astype(jnp.float32)
+
+
+def optimal_aurc(num_errors: jax.Array, n: jax.Array, length: int) -> jax.Array:
+  """AURC of an oracle that ranks every error last (no ties): `mean_k max(0, k − n_ok)/k`."""
+  k = jnp.arange(1, length + 1, dtype=jnp.int32)
+  n_ok = n - num_errors
+  e = jnp.where(k <= n, jnp.maximum(k - n_ok, 0), 0).astype(jnp.float32)
+  return jnp.sum(e / k.astype(jnp.float32)) / n.astype(jnp.float32)
+
+
+def _coverage_at_risk_from_ranked(r: RankedErrors, risk) -> jax.Array:
+  k = jnp.arange(1, r.errors.shape[0] + 1, dtype=jnp.int32)
+  ok = r.boundary & (r.cum_errors.astype(jnp.float32) / k.astype(jnp.float32) <= risk)
+  return jnp.max(jnp.where(ok, k, 0)).astype(jnp.float32) / r.n.astype(jnp.float32)
+
+
+def _coverage_index(coverage, n: jax.Array) -> jax.Array:
+  """`k = ceil(coverage·n)` in [1, n]; the float32 product is snapped to a nearby integer."""
+  x = jnp.asarray(coverage, jnp.float32) * n.astype(jnp.float32)
+  k = jnp.ceil(x * (1.0 - 2.0**-22)).astype(jnp.int32)
+  return jnp.clip(k, 1, n)
+
+
+def _risk_at_k(r: RankedErrors, k: jax.Array) -> jax.Array:
+  return r.errors[k - 1] / k.astype(jnp.float32)
+
+
+@jax.jit
+def _ranked(scores, correct, mask):
+  return rank_errors(scores, ~correct, mask)
+
+
+@jax.jit
+def _curve(scores, correct, mask):
+  r = rank_errors(scores, ~correct, mask)
+  total = scores.shape[0]
+  k = jnp.minimum(jnp.arange(1, total + 1, dtype=jnp.int32), r.n)
+  risk = r.errors[k - 1] / k.astype(jnp.float32)
+  return k.astype(jnp.float32) / r.n.astype(jnp.float32), risk
+
+
+@jax.jit
+def _aurc(scores, correct, mask):
+  return _aurc_from_ranked(rank_errors(scores, ~correct, mask))
+
+
+@jax.jit
+def _eaurc(scores, correct, mask):
+  r = rank_errors(scores, ~correct, mask)
+  num_errors = jnp.sum(jnp.where(mask, ~correct, False) if mask is not None else ~correct,
+                       dtype=jnp.int32)
+  return _aurc_from_ranked(r) - optimal_aurc(num_errors, r.n, scores.shape[0])
+
+
+@jax.jit
+def _augrc(scores, correct, mask):
+  r = rank_errors(scores, ~correct, mask)
+  n = r.n.astype(jnp.float32)
+  return jnp.sum(r.errors) / (n * n)
+
+
+@jax.jit
+def _coverage_at_risk(scores, correct, mask, risk):
+  return _coverage_at_risk_from_ranked(rank_errors(scores, ~correct, mask), risk)
+
+
+@jax.jit
+def _risk_at_coverage(scores, correct, mask, k):
+  return _risk_at_k(rank_errors(scores, ~correct, mask), k)
+
+
+def _check_fraction(value, name: str, *, allow_zero: bool) -> None:
+  if isinstance(value, numbers.Real):
+    lo_ok = value >= 0 if allow_zero else value > 0
+    if not (lo_ok and value <= 1):
+      interval = "[0, 1]" if allow_zero else "(0, 1]"
+      raise ValueError(f"{name} must be in {interval}, got {value}.")
+
+
+def risk_coverage_curve(scores: ArrayLike, correct: ArrayLike,
+                        mask: Optional[ArrayLike] = None):
+  """Tie-aware risk–coverage curve.
+
+  Returns:
+    `(coverage, risk)`, float32 arrays of length N: coverage `k/n` and risk `E_k/k` for
+    k = 1..n. With a mask (n < N valid samples) the trailing N − n entries repeat the last
+    point (coverage 1), so the arrays keep a static shape.
+  """
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  return _curve(scores, correct, mask)
+
+
+def aurc(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Area under the tie-aware risk–coverage curve, `mean_k E_k/k` (a fraction)."""
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  return _aurc(scores, correct, mask)
+
+
+def eaurc(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Excess AURC: `aurc − aurc_opt`, the oracle ranking every error last."""
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  return _eaurc(scores, correct, mask)
+
+
+def augrc(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Area under the generalised risk–coverage curve, `mean_k E_k/n` (Traub et al., 2024)."""
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  return _augrc(scores, correct, mask)
+
+
+def coverage_at_risk(scores: ArrayLike, correct: ArrayLike, risk: float,
+                     mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Largest coverage `k/n` at a tie-group boundary whose risk `E_k/k` is ≤ `risk` (else 0)."""
+  _check_fraction(risk, "risk", allow_zero=True)
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  return _coverage_at_risk(scores, correct, mask, jnp.float32(risk))
+
+
+def risk_at_coverage(scores: ArrayLike, correct: ArrayLike, coverage: float,
+                     mask: Optional[ArrayLike] = None) -> jax.Array:
+  """Tie-aware risk `E_k/k` at `k = ceil(coverage·n)`; coverage must be in (0, 1]."""
+  _check_fraction(coverage, "coverage", allow_zero=False)
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  if mask is None and isinstance(coverage, numbers.Real):
+    k = jnp.int32(max(1, math.ceil(coverage * scores.shape[0])))  # exact for static n
+  else:
+    n = jnp.int32(scores.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
+    k = _coverage_index(coverage, n)
+  return _risk_at_coverage(scores, correct, mask, k)
+
+
+@jax.jit
+def _summary(scores, correct, mask, risks, coverages):
+  r = rank_errors(scores, ~correct, mask)
+  num_errors = r.cum_errors[r.n - 1]
+  value = _aurc_from_ranked(r)
+  n = r.n.astype(jnp.float32)
+  return {
+      "aurc": value,
+      "eaurc": value - optimal_aurc(num_errors, r.n, scores.shape[0]),
+      "augrc": jnp.sum(r.errors) / (n * n),
+      "coverage_at_risk": jax.vmap(lambda q: _coverage_at_risk_from_ranked(r, q))(risks),
+      "risk_at_coverage": jax.vmap(
+          lambda c: _risk_at_k(r, _coverage_index(c, r.n)))(coverages),
+  }
+
+
+def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None,
+                      *, risks=(0.01, 0.05, 0.1), coverages=(0.5, 0.8, 0.9, 0.95)) -> dict:
+  """All selective metrics from one sort: aurc, eaurc, augrc, and the operating points.
+
+  Returns a dict with scalar `aurc`, `eaurc`, `augrc`, and `coverage_at_risk [len(risks)]`,
+  `risk_at_coverage [len(coverages)]` (float32 arrays, in the order given).
+  """
+  for q in risks:
+    _check_fraction(q, "risk", allow_zero=True)
+  for c in coverages:
+    _check_fraction(c, "coverage", allow_zero=False)
+  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  return _summary(scores, correct, mask, jnp.asarray(risks, jnp.float32),
+                  jnp.asarray(coverages, jnp.float32))

@@ -1,0 +1,345 @@
+"""make_dataset: determinism, exact resume, per-host sharding, eval padding, label checks, and
+every registered catalogue pipeline on tfds mock data."""
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from calib_jax import data
+from calib_jax.data import pipeline, registry
+
+REQUIRED = ["cifar10", "cifar100", "mnist", "fashion_mnist", "tiny_imagenet", "imagenet2012",
+            "cub200", "voc2012_seg", "cityscapes", "newsgroups20", "digits", "clutter_objects",
+            "clutter_objects_seg"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("tfds"))
+
+
+def _take(it, n):
+  return list(itertools.islice(it, n))
+
+
+def _keys(batches, key="image"):
+  return [x.tobytes() for b in batches for x, m in zip(b[key], b["mask"]) if m.all()]
+
+
+def _assert_same(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys()
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k])
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry and argument validation.
+
+
+def test_registry_has_required_names_and_consistent_meta():
+  assert set(REQUIRED) <= set(data.names())
+  for name in data.names():
+    meta = data.info(name)
+    assert meta.name == name and meta.num_classes > 1
+    assert set(meta.eval_splits) == {"val", "test"}
+    assert meta.task in ("classification", "segmentation", "text")
+    assert (meta.ignore_label == 255) == (meta.task == "segmentation")
+    if meta.task != "text":
+      assert len(meta.mean) == len(meta.std) == meta.image_shape[-1]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+      meta.num_classes = 3
+  assert data.info("clutter_objects").has_boxes and not data.info("cifar10").has_boxes
+
+
+def test_unknown_dataset_lists_valid_names():
+  with pytest.raises(ValueError, match="cifar10.*clutter_objects"):
+    data.info("imagenet")
+  with pytest.raises(ValueError, match="valid names"):
+    data.make_dataset("nope", "train", batch_size=2, train=True)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(name="digits", colour=True), "valid options"),
+    (dict(name="cifar10", objectness=True), "no object boxes"),
+    (dict(name="digits", context_rate=0.2), "no object boxes"),
+    (dict(name="clutter_objects", context_rate=1.5), "context_rate"),
+    (dict(name="clutter_objects", crop="random"), "crop must be one of"),
+    (dict(name="clutter_objects", crop_scale=(0.5, 2.0)), "crop_scale"),
+    (dict(name="digits", batch_size=0), "batch_size"),
+    (dict(name="digits", process_index=2, process_count=2), "process_index"),
+    (dict(name="digits", max_examples=0), "max_examples"),
+    (dict(name="newsgroups20", image_size=32), "max_length"),
+])
+def test_bad_arguments_raise_clear_errors(kwargs, match):
+  kwargs = {"batch_size": 2, **kwargs}
+  name = kwargs.pop("name")
+  with pytest.raises(ValueError, match=match):
+    data.make_dataset(name, "train", train=True, **kwargs)
+
+
+def test_missing_catalogue_data_fails_fast_with_instructions(tmp_path):
+  with pytest.raises(FileNotFoundError, match="tfds build cifar10"):
+    data.make_dataset("cifar10", "train", batch_size=2, train=True, data_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream semantics on real (digits) and generated (clutter_objects/tiny) data.
+
+
+def _digits(data_dir, split="train", **kw):
+  kw = {"batch_size": 16, "train": True, "data_dir": data_dir, **kw}
+  return data.make_dataset("digits", split, **kw)
+
+
+def test_train_stream_is_deterministic_and_seed_dependent(data_dir):
+  a = _take(_digits(data_dir, seed=1), 3)
+  b = _take(_digits(data_dir, seed=1), 3)
+  c = _take(_digits(data_dir, seed=2), 3)
+  _assert_same(a, b)
+  assert _keys(a) != _keys(c)
+  assert all(batch["mask"].all() for batch in a)
+
+
+def test_epochs_are_reshuffled_permutations_of_the_split(data_dir):
+  batches = _take(_digits(data_dir, max_examples=64, seed=0), 8)  # 4 batches per epoch
+  epoch0, epoch1 = _keys(batches[:4]), _keys(batches[4:])
+  assert len(set(epoch0)) == 64 and sorted(epoch0) == sorted(epoch1)
+  assert epoch0 != epoch1
+  eval_keys = _keys(list(_digits(data_dir, max_examples=64, train=False)))
+  assert sorted(eval_keys) == sorted(epoch0)
+
+
+def test_resume_is_exact_with_augmentation(data_dir):
+  kw = dict(batch_size=24, train=True, seed=5, data_dir=data_dir, max_examples=100,
+            tfds_name="clutter_objects/tiny", objectness=True, context_rate=0.3,
+            return_boxes=2)  # 4 batches per epoch
+  full = _take(data.make_dataset("clutter_objects", "train", **kw), 10)
+  for start in (3, 4, 9):
+    resumed = _take(data.make_dataset("clutter_objects", "train", start_batch=start, **kw),
+                    10 - start)
+    _assert_same(resumed, full[start:])
+
+
+def test_hosts_get_disjoint_shards_and_equal_eval_batch_counts(data_dir):
+  hosts = [list(_digits(data_dir, train=False, batch_size=8, max_examples=37,
+                        process_index=i, process_count=2)) for i in range(2)]
+  assert len(hosts[0]) == len(hosts[1]) == 3  # ceil(ceil(37/2)/8)
+  k0, k1 = _keys(hosts[0]), _keys(hosts[1])
+  assert len(k0) == 19 and len(k1) == 18 and not set(k0) & set(k1)
+  whole = _keys(list(_digits(data_dir, train=False, batch_size=8, max_examples=37)))
+  assert sorted(k0 + k1) == sorted(whole)
+  for batch in hosts[0] + hosts[1]:
+    assert batch["image"].shape == (8, 8, 8, 1) and batch["mask"].shape == (8,)
+    assert not batch["image"][~batch["mask"]].any()  # padding examples are zeros
+  train = [_take(_digits(data_dir, max_examples=64, process_index=i, process_count=2), 2)
+           for i in range(2)]  # one epoch per host: 32 examples, 2 batches
+  assert not set(_keys(train[0])) & set(_keys(train[1]))
+
+
+def test_eval_pass_is_deterministic_and_unaugmented(data_dir):
+  a = list(_digits(data_dir, "val", train=False, batch_size=64))
+  b = list(_digits(data_dir, "val", train=False, batch_size=64))
+  _assert_same(a, b)
+  assert sum(int(x["mask"].sum()) for x in a) == 200  # validation split of digits
+  assert len(a) == 4 and a[-1]["mask"].sum() == 200 - 3 * 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Adaptive-label-smoothing options on a hand-made example.
+
+
+def _clutter_processor(**options):
+  spec = registry.spec("clutter_objects")
+  opts = pipeline.PipelineOptions.create(spec.meta, {"crop": "none", **options})
+  return pipeline._Processor(spec, opts, train=True)
+
+
+_BOXES = np.array([[0.0, 0.0, 0.25, 0.5], [0.5, 0.5, 1.0, 1.0]], np.float32)
+
+
+def _example():
+  image = np.random.default_rng(0).integers(0, 256, (32, 32, 3)).astype(np.uint8)
+  return image, {"image": tf.constant(image), "label": tf.constant(3, tf.int64),
+                 "objects": {"bbox": tf.constant(_BOXES)}}
+
+
+def _is_mean(out, rows, cols):
+  return np.allclose(out["image"][rows, cols], 0.0, atol=1e-5)  # mean pixel normalises to 0
+
+
+def test_mask_variant_keeps_one_object_and_fills_the_other():
+  processor = _clutter_processor(mask_variant=True, return_boxes=2)
+  _, ex = _example()
+  kept_first = 0
+  for s in range(12):
+    out = {k: v.numpy() for k, v in processor(ex, tf.constant([0, s], tf.int64)).items()}
+    first_kept = out["boxes"][0].any()
+    kept_first += first_kept
+    assert out["boxes"][0].any() != out["boxes"][1].any()  # exactly one box kept
+    assert out["objectness"] == pytest.approx(0.125 if first_kept else 0.25)
+    first_region, second_region = (slice(0, 8), slice(0, 16)), (slice(16, 32), slice(16, 32))
+    assert _is_mean(out, *second_region) == first_kept
+    assert _is_mean(out, *first_region) != first_kept
+  assert 0 < kept_first < 12  # both objects get picked over seeds
+
+
+def test_context_samples_fill_every_object_and_get_objectness_minus_one():
+  processor = _clutter_processor(context_rate=1.0)
+  image, ex = _example()
+  out = {k: v.numpy() for k, v in processor(ex, tf.constant([0, 1], tf.int64)).items()}
+  assert out["objectness"] == -1.0
+  assert _is_mean(out, slice(0, 8), slice(0, 16)) and _is_mean(out, slice(16, 32), slice(16, 32))
+  meta = data.info("clutter_objects")
+  expected = (image[8:16] / 255.0 - np.array(meta.mean)) / np.array(meta.std)
+  np.testing.assert_allclose(out["image"][8:16], expected, atol=1e-5)  # background untouched
+  plain = _clutter_processor(objectness=True)(ex, tf.constant([0, 1], tf.int64))
+  assert float(plain["objectness"]) == pytest.approx(0.125 + 0.25)
+
+
+def test_context_rate_sets_the_fraction_of_context_samples(data_dir):
+  batch = next(data.make_dataset("clutter_objects", "train", batch_size=256, train=True,
+                                 data_dir=data_dir, tfds_name="clutter_objects/tiny",
+                                 context_rate=0.25))
+  frac = float((batch["objectness"] == -1).mean())
+  assert 0.15 < frac < 0.35
+  real = batch["objectness"][batch["objectness"] >= 0]
+  assert (real <= 1).all() and real.std() > 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue datasets on tfds mock data.
+
+
+@pytest.mark.parametrize("name,size,channels,kw", [
+    ("cifar10", 32, 3, {}),
+    ("cifar100", 32, 3, {}),
+    ("mnist", 28, 1, {}),
+    ("imagenet2012", 40, 3, {"image_size": 40}),
+])
+def test_classification_pipelines_on_mock_data(name, size, channels, kw):
+  meta = data.info(name)
+  with tfds.testing.mock_data(num_examples=6):
+    train = _take(data.make_dataset(name, "train", batch_size=4, train=True, seed=3, **kw), 2)
+    again = _take(data.make_dataset(name, "train", batch_size=4, train=True, seed=3, **kw), 2)
+    evals = list(data.make_dataset(name, "test", batch_size=4, train=False, **kw))
+  _assert_same(train, again)
+  for batch in train + evals:
+    assert batch["image"].shape == (4, size, size, channels)
+    assert batch["image"].dtype == np.float32 and batch["label"].dtype == np.int32
+    assert batch["mask"].dtype == bool and batch["mask"].shape == (4,)
+    labels = batch["label"][batch["mask"]]
+    assert ((labels >= 0) & (labels < meta.num_classes)).all()
+    lo = (0 - np.array(meta.mean)) / np.array(meta.std)
+    hi = (1 - np.array(meta.mean)) / np.array(meta.std)
+    valid = batch["image"][batch["mask"]]
+    assert (valid >= lo - 1e-4).all() and (valid <= hi + 1e-4).all()
+  assert [int(b["mask"].sum()) for b in evals] == [4, 2]
+
+
+def test_cub200_boxes_give_the_objectness_of_the_eval_crop():
+  rng = np.random.default_rng(0)
+  lo = rng.uniform(0, 0.5, (6, 2))
+  bbox = np.concatenate([lo, lo + rng.uniform(0.1, 0.5, (6, 2))], axis=1).astype(np.float32)
+
+  def as_dataset(self, *args, **kwargs):  # tfds' random boxes are invalid (min > max)
+    del self, args, kwargs
+    return tf.data.Dataset.from_tensor_slices({
+        "image": rng.integers(0, 256, (6, 30, 50, 3)).astype(np.uint8),
+        "label": np.arange(6) * 30, "bbox": bbox})
+
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    evals = list(data.make_dataset("cub200", "test", batch_size=4, train=False,
+                                   image_size=32, objectness=True))
+    train = next(data.make_dataset("cub200", "train", batch_size=4, train=True,
+                                   image_size=32, objectness=True, return_boxes=1))
+  resize = round(32 / 0.875)  # 37: the centre crop starts at pixel (37 - 32) // 2 = 2
+  a, b = 2 / resize, (2 + 32) / resize
+  got = np.concatenate([e["objectness"][e["mask"]] for e in evals])
+  expected = [data.objectness(box[None], [a, a, b, b]) for box in bbox]
+  np.testing.assert_allclose(got, expected, atol=1e-6)
+  assert train["image"].shape == (4, 32, 32, 3)
+  for o, box in zip(train["objectness"], train["boxes"]):
+    assert o == pytest.approx(data.objectness(box, [0, 0, 1, 1]), abs=1e-6)
+
+
+def _voc_mock(seg):
+  def as_dataset(self, *args, **kwargs):
+    del self, args, kwargs
+    n = len(seg)
+    return tf.data.Dataset.from_tensor_slices({
+        "image": np.full(seg.shape[:3] + (3,), 100, np.uint8), "segmentation_mask": seg,
+        "file_name": np.array([b"x"] * n)})
+  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+def test_segmentation_eval_pads_with_ignore_and_train_crops():
+  rng = np.random.default_rng(0)
+  seg = rng.choice(np.r_[np.arange(21), 255], size=(3, 40, 60, 1)).astype(np.uint8)
+  with _voc_mock(seg):
+    batches = list(data.make_dataset("voc2012_seg", "val", batch_size=2, train=False,
+                                     image_size=64))
+    train = next(data.make_dataset("voc2012_seg", "train", batch_size=2, train=True,
+                                   image_size=24))
+  assert len(batches) == 2 and batches[0]["label"].shape == (2, 64, 64)
+  for i, (label, mask) in enumerate(zip(batches[0]["label"], batches[0]["mask"])):
+    raw = seg[i, :, :, 0].astype(np.int32)
+    expected_mask = np.zeros((64, 64), bool)
+    expected_mask[:40, :60] = raw != 255
+    np.testing.assert_array_equal(mask, expected_mask)
+    np.testing.assert_array_equal(label[:40, :60], np.where(raw == 255, 0, raw))
+    assert not label[40:].any() and not label[:, 60:].any()
+  assert batches[1]["mask"][0].sum() == (seg[2] != 255).sum() and not batches[1]["mask"][1].any()
+  image = batches[0]["image"][0]
+  mean = np.array(data.info("voc2012_seg").mean)
+  np.testing.assert_allclose(image[50, 62], 0.0, atol=1e-5)  # padding = mean pixel
+  np.testing.assert_allclose(image[0, 0], (100 / 255 - mean) / np.array(data.info(
+      "voc2012_seg").std), atol=1e-5)
+  assert train["label"].shape == (2, 24, 24) and train["label"].max() <= 20
+  assert train["image"].shape == (2, 24, 24, 3)
+
+
+def test_out_of_range_segmentation_label_names_dataset_and_value():
+  seg = np.zeros((2, 8, 8, 1), np.uint8)
+  seg[1, 3, 3] = 30
+  with _voc_mock(seg):
+    with pytest.raises(ValueError, match=r"voc2012_seg: label 30 out of range \[0, 21\)"):
+      list(data.make_dataset("voc2012_seg", "val", batch_size=2, train=False, image_size=8))
+
+
+def test_out_of_range_classification_label_names_dataset_and_value():
+  def as_dataset(self, *args, **kwargs):
+    del self, args, kwargs
+    return tf.data.Dataset.from_tensor_slices({
+        "image": np.zeros((4, 32, 32, 3), np.uint8), "label": np.array([1, 12, 3, 4]),
+        "id": np.array([b"a"] * 4)})
+
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    with pytest.raises(ValueError, match=r"cifar10: label 12 out of range \[0, 10\)"):
+      list(data.make_dataset("cifar10", "test", batch_size=4, train=False))
+
+
+# Official Cityscapes labelIds -> trainIds (cityscapesScripts labels.py), restated here.
+_CITYSCAPES = {7: 0, 8: 1, 11: 2, 12: 3, 13: 4, 17: 5, 19: 6, 20: 7, 21: 8, 22: 9, 23: 10,
+               24: 11, 25: 12, 26: 13, 27: 14, 28: 15, 31: 16, 32: 17, 33: 18}
+
+
+def test_cityscapes_maps_label_ids_to_train_ids():
+  raw = np.concatenate([np.arange(34), [255] * 6]).astype(np.uint8).reshape(1, 4, 10, 1)
+
+  def as_dataset(self, *args, **kwargs):
+    del self, args, kwargs
+    return tf.data.Dataset.from_tensor_slices({
+        "image_left": np.zeros((1, 4, 10, 3), np.uint8), "segmentation_label": raw,
+        "image_id": np.array([b"x"])})
+
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    batch = next(data.make_dataset("cityscapes", "val", batch_size=1, train=False,
+                                   image_size=(4, 10)))
+  expected = np.array([_CITYSCAPES.get(int(v), 255) for v in raw.ravel()]).reshape(4, 10)
+  np.testing.assert_array_equal(batch["mask"][0], expected != 255)
+  np.testing.assert_array_equal(batch["label"][0], np.where(expected == 255, 0, expected))

@@ -44,7 +44,7 @@ def _check_registry(problems: list[str], kind: str, name: str, valid: Iterable[s
                     build: Callable[[], Any]) -> bool:
   valid = list(valid)
   if name not in valid:
-    problems.append(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
+    problems.append(f"unknown {kind} {name!r}; valid {kind} names: {', '.join(valid)}")
     return False
   try:
     build()
@@ -54,7 +54,8 @@ def _check_registry(problems: list[str], kind: str, name: str, valid: Iterable[s
   return True
 
 
-def _check_numbers(config: ml_collections.ConfigDict, problems: list[str]) -> None:
+def _check_numbers(config: ml_collections.ConfigDict, problems: list[str],
+                   num_devices: int) -> None:
   def need(ok: bool, message: str) -> None:
     if not ok:
       problems.append(message)
@@ -62,7 +63,6 @@ def _check_numbers(config: ml_collections.ConfigDict, problems: list[str]) -> No
   need(config.learning_rate > 0, f"learning_rate must be > 0, got {config.learning_rate}")
   need(config.batch_size > 0, f"batch_size must be > 0, got {config.batch_size}")
   need(config.eval_batch_size > 0, f"eval_batch_size must be > 0, got {config.eval_batch_size}")
-  num_devices = jax.device_count()
   for field in ("batch_size", "eval_batch_size"):
     value = config[field]
     if value > 0 and value % num_devices:
@@ -107,15 +107,20 @@ def _check_numbers(config: ml_collections.ConfigDict, problems: list[str]) -> No
        f"eval.max_fit_pixels must be > 0, got {config.eval.max_fit_pixels}")
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises `ConfigError` (a `ValueError`) listing every problem of `config`; else returns."""
+def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+  """Raises `ConfigError` (a `ValueError`) listing every problem of `config`; else returns.
+
+  Args:
+    config: a config following `calib_jax.training.config.base_config`.
+    num_devices: devices the global batch is split over (default: `jax.device_count()`).
+  """
   from calib_jax import data, losses, models  # Deferred: `data` imports TensorFlow.
 
   problems = _unknown_fields(config, base_config())
   if problems:  # Later checks would trip over the same typos.
     raise ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
 
-  _check_numbers(config, problems)
+  _check_numbers(config, problems, jax.device_count() if num_devices is None else num_devices)
   if config.optimizer not in optim.OPTIMIZERS:
     problems.append(f"unknown optimizer {config.optimizer!r}; valid optimizers: "
                     f"{', '.join(optim.OPTIMIZERS)}")

@@ -80,6 +80,18 @@ class ProgressBar:
     self._stream.flush()
 
 
+def _scalar_metadata():
+  """Summary metadata marking a float tensor as a TensorBoard scalar.
+
+  tensorflow-cpu ships without the `tensorboard` package that `tf.summary.scalar` delegates to;
+  this is the metadata that function writes (plugin 'scalars', empty content), so the event files
+  are the same and TensorBoard shows them.
+  """
+  from tensorflow.core.framework import summary_pb2
+  return summary_pb2.SummaryMetadata(
+      plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+
 class MetricWriter:
   """Appends scalar metrics to `metrics.jsonl` and to TensorBoard summaries."""
 
@@ -103,7 +115,7 @@ class MetricWriter:
       import tensorflow as tf
       with self._tb_writer.as_default(step=int(step)):
         for k, v in scalars.items():
-          tf.summary.scalar(f"{split}/{k}", v)
+          tf.summary.write(f"{split}/{k}", tf.constant(v, tf.float32), metadata=_scalar_metadata())
       self._tb_writer.flush()
 
   def close(self) -> None:

@@ -6,6 +6,7 @@ BatchNorm statistics, step, RNG and data position), trains to the configured len
 periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
 stops the run with `NonFiniteLossError` before the bad state can be checkpointed.
 """
+import itertools
 import math
 import time
 from typing import Any
@@ -27,23 +28,36 @@ class NonFiniteLossError(FloatingPointError):
   """The loss or gradient became NaN/inf; the message names the last good checkpoint."""
 
 
-def train_size(meta: Any) -> int:
-  """Number of training examples of a dataset, from its metadata."""
-  sizes = getattr(meta, "num_examples", None)
-  if isinstance(sizes, dict):
-    return int(sizes["train"])
-  if sizes is None:
-    raise ValueError(f"dataset {meta.name!r} does not report its training-set size; set "
-                     "config.steps_per_epoch and config.num_train_steps")
-  return int(sizes)
+def train_size(config: ml_collections.ConfigDict, meta: Any) -> int:
+  """Number of examples in the training split (after the `max_examples` option).
+
+  Read from the prepared tfds dataset's metadata; call after the data pipeline has been opened
+  once, which prepares locally built datasets.
+  """
+  import tensorflow_datasets as tfds  # Deferred: slow import.
+  options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
+  builder = tfds.builder(options.get("tfds_name") or meta.tfds_name, data_dir=config.data_dir)
+  size = builder.info.splits[meta.train_split].num_examples
+  if options.get("max_examples"):
+    size = min(size, int(options["max_examples"]))
+  return int(size)
 
 
-def resolve_length(config: ml_collections.ConfigDict, meta: Any) -> tuple[int, int]:
-  """Returns `(steps_per_epoch, total_steps)` of a run."""
+def resolve_length(config: ml_collections.ConfigDict, num_train_examples: int) -> tuple[int, int]:
+  """Returns `(steps_per_epoch, total_steps)` of a run.
+
+  An epoch is what the training stream yields before reshuffling: whole global batches only,
+  each process reading its `1/process_count` shard of the examples.
+  """
   if config.steps_per_epoch > 0:
     steps_per_epoch = int(config.steps_per_epoch)
   else:
-    steps_per_epoch = max(math.ceil(train_size(meta) / config.batch_size), 1)
+    per_process = num_train_examples // jax.process_count()
+    steps_per_epoch = per_process // parallel.local_batch_size(config.batch_size)
+    if steps_per_epoch < 1:
+      raise config_validation.ConfigError(
+          f"batch_size={config.batch_size} is larger than the {num_train_examples} training "
+          "examples")
   if config.num_train_steps > 0:
     total_steps = int(config.num_train_steps)
   else:
@@ -51,12 +65,12 @@ def resolve_length(config: ml_collections.ConfigDict, meta: Any) -> tuple[int, i
   return steps_per_epoch, total_steps
 
 
-def _example_input(config: ml_collections.ConfigDict, split: str) -> np.ndarray:
-  """One real example of the split's model input (its shape and dtype initialise the model)."""
+def example_input(config: ml_collections.ConfigDict) -> np.ndarray:
+  """One real training input (its shape and dtype initialise the model); opening the pipeline
+  also prepares locally built datasets on first use."""
   from calib_jax import data
-  dataset = data.make_dataset(config.dataset, split, batch_size=jax.process_count(),
-                              train=False, data_dir=config.data_dir,
-                              **config.data_options.to_dict())
+  dataset = data.make_dataset(config.dataset, "train", batch_size=1, train=False,
+                              data_dir=config.data_dir, **config.data_options.to_dict())
   batch = next(iter(dataset))
   return step_lib.model_input(batch)[:1]
 
@@ -82,6 +96,19 @@ def build_state(config: ml_collections.ConfigDict, model, tx, example: np.ndarra
   variables = initial_variables(model, example, config, init_key)
   state = state_lib.create(variables, tx, run_key, crl_num_examples=crl_num_examples)
   return parallel.replicate(state, mesh)
+
+
+def abstract_state(config: ml_collections.ConfigDict, model, tx, example: np.ndarray,
+                   mesh: jax.sharding.Mesh, crl_num_examples: int) -> state_lib.TrainState:
+  """Shapes, dtypes and shardings of the training state, without computing it (for restores)."""
+
+  def init():
+    variables = model.init({"params": jax.random.key(0)}, example, train=False)
+    return state_lib.create(variables, tx, jax.random.key(0), crl_num_examples=crl_num_examples)
+
+  sharding = parallel.replicated(mesh)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                      jax.eval_shape(init))
 
 
 def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
@@ -115,31 +142,31 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     NonFiniteLossError: the loss or gradient became NaN/inf.
   """
   parallel.maybe_initialize_distributed(config.multihost)
-  config_validation.validate(config)
+  config_validation.validate(config, num_devices=len(devices) if devices else None)
   from calib_jax import data  # Deferred: imports TensorFlow.
 
   meta = builders.dataset_meta(config)
-  steps_per_epoch, total_steps = resolve_length(config, meta)
+  example = example_input(config)
+  num_train_examples = train_size(config, meta)
+  steps_per_epoch, total_steps = resolve_length(config, num_train_examples)
   mesh = parallel.make_mesh(devices)
-  if config.batch_size % mesh.size:
-    raise config_validation.ConfigError(
-        f"batch_size={config.batch_size} is not divisible by the {mesh.size} mesh devices")
   model = builders.build_model(config, meta)
   loss_fn = builders.build_loss(config)
   schedule = optim.schedule_from_config(config, total_steps, steps_per_epoch)
   tx = optim.optimizer_from_config(config, schedule)
-  crl_num_examples = train_size(meta) if config.crl_weight > 0 else 0
+  crl_num_examples = num_train_examples if config.crl_weight > 0 else 0
 
   log_lib.save_config(config, workdir)
-  example = _example_input(config, meta.train_split)
-  state = build_state(config, model, tx, example, mesh, crl_num_examples)
   checkpointer = checkpoint_lib.Checkpointer(
       workdir, save_every_steps=config.checkpoint_every_steps,
       max_to_keep=config.keep_checkpoints)
   if checkpointer.latest_step() is not None:
-    state, meta_ckpt = checkpointer.restore(checkpoint_lib.abstract_like(state))
+    state, meta_ckpt = checkpointer.restore(
+        abstract_state(config, model, tx, example, mesh, crl_num_examples))
     logging.info("Resuming at step %d (data position %d).", int(state.step),
                  meta_ckpt["data_position"])
+  else:
+    state = build_state(config, model, tx, example, mesh, crl_num_examples)
   start_step = int(jax.device_get(state.step))
   if start_step >= total_steps:
     logging.info("Already trained for %d steps; nothing to do.", start_step)
@@ -150,11 +177,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       step_lib.make_train_step(model, loss_fn, tx, schedule, sam_rho=config.sam_rho,
                                crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
       mesh)
+  train_options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
   train_iter = iter(data.make_dataset(
-      config.dataset, meta.train_split, batch_size=parallel.local_batch_size(config.batch_size),
+      config.dataset, "train", batch_size=parallel.local_batch_size(config.batch_size),
       train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
-      process_index=jax.process_index(), process_count=jax.process_count(),
-      **config.data_options.to_dict(), **config.train_data_options.to_dict()))
+      process_index=jax.process_index(), process_count=jax.process_count(), **train_options))
+  if config.crl_weight > 0:
+    first = next(train_iter)
+    if "index" not in first:
+      raise config_validation.ConfigError(
+          f"CRL (crl_weight > 0) needs each example's position in the training set, but the "
+          f"{config.dataset!r} pipeline yields no 'index' (keys: {sorted(first)})")
+    train_iter = itertools.chain([first], train_iter)
 
   from calib_jax.training import evaluate  # Deferred: evaluate imports plotting.
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)

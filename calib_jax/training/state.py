@@ -25,14 +25,14 @@ class TrainState:
     rng: raw key data (uint32 [2]) of the run's base key; the key for step `s` is
       `fold_in(rng, s)`, so randomness depends only on the seed and the step, never on history.
     crl_correctness: CRL's per-example count of correct predictions so far, float32
-      `[num_train_examples]` (shape `[0]` when CRL is off).
+      `[num_train_examples]`; None when CRL is off.
   """
   step: jax.Array
   params: Any
   batch_stats: Any
   opt_state: optax.OptState
   rng: jax.Array
-  crl_correctness: jax.Array
+  crl_correctness: jax.Array | None
 
   def variables(self) -> dict[str, Any]:
     """The Flax variables dict to pass to `model.apply`."""
@@ -68,5 +68,5 @@ def create(
       batch_stats=variables.get("batch_stats", {}),
       opt_state=tx.init(params),
       rng=rng,
-      crl_correctness=jnp.zeros((crl_num_examples,), jnp.float32),
+      crl_correctness=(jnp.zeros((crl_num_examples,), jnp.float32) if crl_num_examples else None),
   )

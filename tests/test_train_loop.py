@@ -1,0 +1,163 @@
+"""The training loop on the offline `digits` dataset: exact resume, NaN stop, bad configs, logs."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from calib_jax import data
+from calib_jax.training import checkpoint, config as config_lib, config_validation, loop
+from calib_jax.training import logging as log_lib
+
+
+@pytest.fixture(autouse=True, scope="module")
+def compilation_cache(tmp_path_factory):
+  """Reuses compiled programs across this module's runs (each run re-jits the same step)."""
+  previous = (jax.config.jax_compilation_cache_dir,
+              jax.config.jax_persistent_cache_min_compile_time_secs,
+              jax.config.jax_persistent_cache_min_entry_size_bytes)
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  yield
+  jax.config.update("jax_compilation_cache_dir", previous[0])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", previous[2])
+
+
+def tiny_config(**overrides):
+  """A few steps of a two-stage small CNN on sklearn digits (8x8), split over 8 fake devices."""
+  config = config_lib.base_config()
+  config.dataset = "digits"
+  config.model = "small_cnn"
+  config.model_kwargs.widths = (4, 8)
+  config.batch_size = 32
+  config.eval_batch_size = 64
+  config.num_train_steps = 6
+  config.learning_rate = 0.05
+  config.schedule = "cosine"
+  config.warmup_epochs = 0.1
+  config.checkpoint_every_steps = 2
+  config.keep_checkpoints = 0
+  config.log_every_steps = 2
+  config.eval_every_steps = 0
+  config.progress_bar = False
+  config.tensorboard = False
+  config.update(overrides)
+  return config
+
+
+def _arrays(state):
+  state = jax.device_get(state)
+  return jax.tree.leaves((state.params, state.batch_stats, state.opt_state, state.step))
+
+
+def _assert_same_state(a, b):
+  for x, y in zip(_arrays(a), _arrays(b), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+class _Interrupt(Exception):
+  pass
+
+
+def _make_dataset_failing_after(num_batches, monkeypatch, corrupt=False):
+  """Wraps the real training stream: dies (or yields a NaN image) after `num_batches` batches."""
+  real = data.make_dataset
+
+  def wrapped(name, split, *, train, **kw):
+    stream = real(name, split, train=train, **kw)
+    if not train:
+      return stream
+
+    def gen():
+      for i, batch in enumerate(stream):
+        if i == num_batches:
+          if not corrupt:
+            raise _Interrupt(f"killed before batch {i}")
+          batch = dict(batch, image=np.full_like(batch["image"], np.nan))
+        yield batch
+    return gen()
+
+  monkeypatch.setattr(data, "make_dataset", wrapped)
+
+
+def test_resume_after_kill_and_after_stop_gives_same_final_state(tmp_path, monkeypatch):
+  reference = loop.train_and_evaluate(tiny_config(), str(tmp_path / "reference"))
+  assert int(reference.step) == 6
+
+  workdir = str(tmp_path / "interrupted")
+  # 1) The process dies while fetching batch 3: only the periodic checkpoint of step 2 exists.
+  with monkeypatch.context() as m:
+    _make_dataset_failing_after(3, m)
+    with pytest.raises(_Interrupt):
+      loop.train_and_evaluate(tiny_config(), workdir)
+  ckpt = checkpoint.Checkpointer(workdir, read_only=True)
+  assert ckpt.latest_step() == 2
+  # 2) The same command with a per-run step budget stops after 2 more steps, with a checkpoint.
+  stopped = loop.train_and_evaluate(tiny_config(stop_after_steps=2), workdir)
+  assert int(stopped.step) == 4
+  assert checkpoint.Checkpointer(workdir, read_only=True).latest_step() == 4
+  # 3) The same command again finishes the run, identical to the uninterrupted one.
+  resumed = loop.train_and_evaluate(tiny_config(), workdir)
+  _assert_same_state(reference, resumed)
+
+  records = log_lib.read_metrics(workdir)
+  train_steps = [r["step"] for r in records if r["split"] == "train"]
+  assert train_steps == [2, 4, 6]  # Logged before dying at step 3, then by the resumed runs.
+  saved = json.load(open(os.path.join(workdir, log_lib.CONFIG_FILE)))
+  assert saved["dataset"] == "digits" and saved["num_train_steps"] == 6
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+  workdir = str(tmp_path / "nan")
+  _make_dataset_failing_after(3, monkeypatch, corrupt=True)
+  with pytest.raises(loop.NonFiniteLossError, match=r"at step 4.*last good checkpoint is step 2"):
+    loop.train_and_evaluate(tiny_config(), workdir)
+  ckpt = checkpoint.Checkpointer(workdir, read_only=True)
+  assert ckpt.all_steps() == [2]
+  restored, meta = ckpt.restore(None)
+  assert meta["data_position"] == 2
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(restored["params"]))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"loss": "smoothing"}, r"unknown loss 'smoothing'; valid loss names: ce, ls"),
+    ({"model": "resnet7"}, r"unknown model 'resnet7'; valid model names: .*small_cnn"),
+    ({"dataset": "cifar11"}, r"unknown dataset 'cifar11'; valid dataset names: .*digits"),
+    ({"learning_rate": -0.1}, r"learning_rate must be > 0, got -0.1"),
+    ({"batch_size": 36}, r"batch_size=36 is not divisible by the number of devices \(8\)"),
+    ({"loss_kwargs": {"epsilon": 1.5}}, r"loss 'ce'"),
+    ({"optimizer": "lion"}, r"unknown optimizer 'lion'; valid optimizers: sgd, adam, adamw"),
+    ({"loss": "als"}, r"needs per-example objectness"),
+])
+def test_bad_config_fails_before_any_compilation(tmp_path, monkeypatch, overrides, message):
+  def no_compile(*args, **kwargs):
+    raise AssertionError("compiled before validating the config")
+
+  monkeypatch.setattr(jax, "jit", no_compile)
+  config = tiny_config()
+  for key, value in overrides.items():
+    config[key] = value
+  with pytest.raises(config_validation.ConfigError, match=message):
+    loop.train_and_evaluate(config, str(tmp_path / "bad"))
+  assert not os.path.exists(tmp_path / "bad")
+
+
+def test_validation_lists_every_problem_and_catches_typos():
+  config = tiny_config(learning_rate=-1.0, momentum=1.5, sam_rho=-0.1)
+  with pytest.raises(ValueError) as info:
+    config_validation.validate(config)
+  text = str(info.value)
+  assert "learning_rate" in text and "momentum" in text and "sam_rho" in text
+  config = tiny_config()
+  config.learning_rat = 0.1
+  with pytest.raises(ValueError, match="unknown config field 'learning_rat'"):
+    config_validation.validate(config)
+
+
+def test_epoch_length_matches_training_stream():
+  config = tiny_config(num_train_steps=-1, num_epochs=2.5, batch_size=64)
+  steps_per_epoch, total = loop.resolve_length(config, 1297)
+  assert (steps_per_epoch, total) == (1297 // 64, round(2.5 * (1297 // 64)))

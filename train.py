@@ -1,0 +1,34 @@
+"""Trains a model from an ml_collections config (resuming from the work directory if possible).
+
+    python train.py --config=configs/cifar10_resnet50.py:mbls --workdir=workdirs/c10_mbls \
+        [--config.batch_size=256 ...]
+
+Running the same command again after an interruption continues from the newest checkpoint.
+"""
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from calib_jax.training import config_validation, loop
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", "configs/default.py", "Training config file (optionally `file.py:variant`).",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.",
+                               required=True)
+
+
+def main(argv: list[str]) -> None:
+  """Entry point: validates the config, then trains."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  try:
+    loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (config_validation.ConfigError, loop.NonFiniteLossError) as e:
+    logging.error("%s", e)
+    sys.exit(f"train.py: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from calib_jax.metrics import _checks
+from calib_jax.metrics import _segments
 from calib_jax.metrics import _sorting
 
 ArrayLike = jax.typing.ArrayLike
@@ -64,11 +65,12 @@ def _route(index: jax.Array, mask: Optional[jax.Array], overflow: int) -> jax.Ar
   return index if mask is None else jnp.where(mask, index, overflow)
 
 
-def _bin_sums(conf, correct, mask, num_bins):
-  """Per-bin sample counts (int32), confidence sums (f32) and correct counts (int32)."""
+def bin_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], num_bins: int):
+  """Per-bin sample counts (int32), confidence sums (f32) and correct counts (int32) of the
+  equal-width confidence bins; masked-out entries are left out."""
   b = _route(bin_index(conf, num_bins), mask, num_bins)
   counts = jax.ops.segment_sum(jnp.ones_like(b), b, num_bins + 1)[:num_bins]
-  conf_sum = jax.ops.segment_sum(conf, b, num_bins + 1)[:num_bins]
+  conf_sum = _segments.segment_sum_f32(conf, b, num_bins + 1)[:num_bins]
   hits = jax.ops.segment_sum(correct.astype(jnp.int32), b, num_bins + 1)[:num_bins]
   return counts, conf_sum, hits
 
@@ -85,20 +87,20 @@ def _mce_from_bins(counts, conf_sum, hits):
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _ece(probs, labels, mask, num_bins):
   conf, correct = confidence_and_correct(probs, labels)
-  _, conf_sum, hits = _bin_sums(conf, correct, mask, num_bins)
+  _, conf_sum, hits = bin_sums(conf, correct, mask, num_bins)
   return _ece_from_bins(conf_sum, hits, _valid_count(mask, labels.shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _mce(probs, labels, mask, num_bins):
   conf, correct = confidence_and_correct(probs, labels)
-  return _mce_from_bins(*_bin_sums(conf, correct, mask, num_bins))
+  return _mce_from_bins(*bin_sums(conf, correct, mask, num_bins))
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _reliability_bins(probs, labels, mask, num_bins):
   conf, correct = confidence_and_correct(probs, labels)
-  counts, conf_sum, hits = _bin_sums(conf, correct, mask, num_bins)
+  counts, conf_sum, hits = bin_sums(conf, correct, mask, num_bins)
   return ReliabilityBins(counts, _safe_div(conf_sum, counts), _safe_div(hits, counts))
 
 
@@ -147,7 +149,7 @@ def aece_from_sorted(keys: jax.Array, bits: jax.Array, n: jax.Array, num_bins: i
                     r + (pos - r * (q + 1)) // jnp.maximum(q, 1))
   group = jnp.where(pos >= 0, group, num_bins)
   conf = _sorting.key_to_score(keys)
-  group_conf = jax.ops.segment_sum(conf, group, num_bins + 1)[:num_bins]
+  group_conf = _segments.segment_sum_f32(conf, group, num_bins + 1)[:num_bins]
   return _safe_div(jnp.sum(jnp.abs(group_hits - group_conf)), n.astype(jnp.float32))
 
 
@@ -173,7 +175,7 @@ def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.A
     idx = jnp.where(b >= 1, cls * num_bins + b, overflow)
     if mask is not None:
       idx = jnp.where(mask[:, None], idx, overflow)
-    high = jax.ops.segment_sum(vals.reshape(-1), idx.reshape(-1), overflow + 1)[:overflow]
+    high = _segments.segment_sum_f32(vals, idx, overflow + 1)[:overflow]
     high = high.reshape(num_classes, num_bins)
     col = jnp.sum(probs if mask is None else jnp.where(mask[:, None], probs, 0.0), axis=0)
     conf_sum = high.at[:, 0].set(col - jnp.sum(high[:, 1:], axis=1))
@@ -181,7 +183,7 @@ def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.A
     idx = classes * num_bins + bin_index(probs, num_bins)
     if mask is not None:
       idx = jnp.where(mask[:, None], idx, overflow)
-    conf_sum = jax.ops.segment_sum(probs.reshape(-1), idx.reshape(-1), overflow + 1)
+    conf_sum = _segments.segment_sum_f32(probs, idx, overflow + 1)
     conf_sum = conf_sum[:overflow].reshape(num_classes, num_bins)
   p_label = jnp.take_along_axis(probs, jnp.clip(labels, 0, num_classes - 1)[:, None], 1)[:, 0]
   in_range = (labels >= 0) & (labels < num_classes)

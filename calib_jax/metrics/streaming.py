@@ -54,8 +54,18 @@ def fine_bin(conf: jax.Array, score_bits: int) -> jax.Array:
   return jnp.where(bits < _BASE_BITS, 0, idx).astype(jnp.int32)
 
 
-def _fine_bin_widths(score_bits: int) -> np.ndarray:
-  """Width in c of each fine bin, plus one float32 ulp for the rounding of `1 − c`."""
+def _fine_bin_tops(score_bits: int) -> np.ndarray:
+  """Largest confidence `1 − u_lo` of each fine bin (float32); confidences are stored as
+  offsets below it, which keeps their float32 sums accurate."""
+  k = num_fine_bins(score_bits)
+  j = np.arange(1, k, dtype=np.int64)
+  lo = (_BASE_BITS + ((j - 1) << (23 - score_bits))).astype(np.uint32).view(np.float32)
+  return np.concatenate([[1.0], 1.0 - lo.astype(np.float64)]).astype(np.float32)
+
+
+def _fine_bin_widths(score_bits: int):
+  """Width in c of each fine bin, plus one float32 ulp for the rounding of `1 − c`; and
+  whether the bin can hold only one float32 value (an exact tie group)."""
   k = num_fine_bins(score_bits)
   j = np.arange(1, k, dtype=np.int64)
   lo = (_BASE_BITS + ((j - 1) << (23 - score_bits))).astype(np.uint32).view(np.float32)
@@ -102,7 +112,7 @@ class StreamingMetrics:
   class_hits: jax.Array          # int32 [C, B]
   fine_counts: jax.Array         # int32 [K]
   fine_errors: jax.Array         # int32 [K]
-  fine_confidence: jax.Array     # f32 [K]
+  fine_offsets: jax.Array        # f32 [K], Σ (bin top − c)
   confusion: Optional[jax.Array]  # int32 [C, C] or None
 
   @classmethod
@@ -133,7 +143,7 @@ class StreamingMetrics:
         class_confidence=jnp.zeros((num_classes, num_bins), jnp.float32),
         class_hits=jnp.zeros((num_classes, num_bins), jnp.int32),
         fine_counts=jnp.zeros(k, jnp.int32), fine_errors=jnp.zeros(k, jnp.int32),
-        fine_confidence=jnp.zeros(k, jnp.float32),
+        fine_offsets=jnp.zeros(k, jnp.float32),
         confusion=(jnp.zeros((num_classes, num_classes), jnp.int32) if confusion else None))
 
   def update(self, *, labels: ArrayLike, logits: Optional[ArrayLike] = None,
@@ -225,14 +235,16 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
   onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
   brier = jnp.sum(jnp.square(probs - onehot), axis=-1)
 
-  counts, conf_sum, hits = calibration._bin_sums(conf, correct, mask, num_bins)  # pylint: disable=protected-access
+  counts, conf_sum, hits = calibration.bin_sums(conf, correct, mask, num_bins)
   class_conf, class_hits = calibration.classwise_bin_sums(probs, labels, mask, num_bins)
 
   k = state.fine_counts.shape[0]
-  fine = jnp.where(valid, fine_bin(conf, state.score_bits), k)
+  fine = fine_bin(conf, state.score_bits)
+  offsets = jnp.asarray(_fine_bin_tops(state.score_bits))[fine] - conf
+  fine = jnp.where(valid, fine, k)
   fine_counts = jax.ops.segment_sum(jnp.ones_like(fine), fine, k + 1)[:k]
   fine_errors = jax.ops.segment_sum(wrong.astype(jnp.int32), fine, k + 1)[:k]
-  fine_conf = jax.ops.segment_sum(conf, fine, k + 1)[:k]
+  fine_offsets = jax.ops.segment_sum(offsets, fine, k + 1)[:k]
 
   confusion = state.confusion
   if confusion is not None:
@@ -254,7 +266,7 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
       class_hits=state.class_hits + class_hits,
       fine_counts=state.fine_counts + fine_counts,
       fine_errors=state.fine_errors + fine_errors,
-      fine_confidence=state.fine_confidence + fine_conf,
+      fine_offsets=state.fine_offsets + fine_offsets,
       confusion=confusion)
 
 
@@ -313,7 +325,8 @@ def _aece_from_histogram(state: StreamingMetrics, widths, exact_bin):
   # Ascending confidence = descending fine index.
   m = state.fine_counts[::-1]
   hits = (state.fine_counts - state.fine_errors)[::-1].astype(jnp.float32)
-  conf = state.fine_confidence[::-1]
+  tops = jnp.asarray(_fine_bin_tops(state.score_bits))
+  conf = (state.fine_counts.astype(jnp.float32) * tops - state.fine_offsets)[::-1]
   widths, exact_bin = widths[::-1], exact_bin[::-1]
   n = state.count
   num_bins = state.num_bins

@@ -1,0 +1,125 @@
+"""Reliability diagrams and risk–coverage plots (matplotlib, Agg backend, PNG files)."""
+import os
+from typing import Mapping, Optional, Sequence, Tuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+
+from calib_jax import metrics  # noqa: E402
+
+
+def _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins: int, title: str,
+                      mask=None) -> float:
+  bins = metrics.reliability_bins(probs, labels, num_bins, mask)
+  counts = np.asarray(bins.counts)
+  conf, acc = np.asarray(bins.confidence), np.asarray(bins.accuracy)
+  ece = float(metrics.ece(probs, labels, num_bins, mask))
+  edges = np.linspace(0.0, 1.0, num_bins + 1)
+  centers, width = (edges[:-1] + edges[1:]) / 2, 1.0 / num_bins
+  filled = counts > 0
+  ax_bars.bar(centers[filled], acc[filled], width=width, edgecolor="black",
+              color="tab:blue", label="accuracy")
+  # The gap between a bin's accuracy and its mean confidence is what ECE averages.
+  low, high = np.minimum(acc, conf), np.maximum(acc, conf)
+  ax_bars.bar(centers[filled], (high - low)[filled], bottom=low[filled], width=width,
+              color="tab:red", alpha=0.35, hatch="//", edgecolor="tab:red", label="gap")
+  ax_bars.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
+  ax_bars.set_xlim(0, 1)
+  ax_bars.set_ylim(0, 1)
+  ax_bars.set_ylabel("accuracy")
+  ax_bars.set_title(f"{title}  (ECE = {100 * ece:.2f}%)" if title else f"ECE = {100 * ece:.2f}%")
+  ax_bars.legend(loc="upper left", fontsize="small")
+  total = max(int(counts.sum()), 1)
+  ax_hist.bar(centers, counts / total, width=width, color="tab:gray", edgecolor="black")
+  mean_conf = float(metrics.average_confidence(probs, labels, mask))
+  mean_acc = float(metrics.accuracy(probs, labels, mask))
+  ax_hist.axvline(mean_conf, color="tab:red", linestyle="--", label="avg confidence")
+  ax_hist.axvline(mean_acc, color="tab:blue", linestyle=":", label="accuracy")
+  ax_hist.set_xlim(0, 1)
+  ax_hist.set_xlabel("confidence")
+  ax_hist.set_ylabel("fraction")
+  ax_hist.legend(loc="upper left", fontsize="small")
+  return ece
+
+
+def _save(fig, path: str) -> str:
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fig.savefig(path, dpi=100, format="png")
+  plt.close(fig)
+  return path
+
+
+def reliability_diagram(probs, labels, path: str, num_bins: int = 15,
+                        title: Optional[str] = None, mask=None) -> str:
+  """Saves a reliability diagram (accuracy bars, gap shading, confidence histogram) as PNG.
+
+  Args:
+    probs: `[..., C]` probabilities; labels `[...]`; optional bool mask `[...]`.
+    path: output PNG file (directories are created).
+    num_bins: equal-width confidence bins.
+    title: shown before the ECE in the title.
+
+  Returns:
+    `path`.
+  """
+  fig, (ax_bars, ax_hist) = plt.subplots(
+      2, 1, figsize=(5, 6), gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
+  _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins, title or "", mask)
+  fig.tight_layout()
+  return _save(fig, path)
+
+
+def reliability_diagrams(models: Mapping[str, Tuple[object, object]], path: str,
+                         num_bins: int = 15, title: Optional[str] = None) -> str:
+  """Side-by-side reliability diagrams, one column per model: `{name: (probs, labels)}`."""
+  if not models:
+    raise ValueError("models must contain at least one (probs, labels) entry.")
+  cols = len(models)
+  fig, axes = plt.subplots(2, cols, figsize=(4.5 * cols, 6), squeeze=False,
+                           gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
+  for col, (name, (probs, labels)) in enumerate(models.items()):
+    _draw_reliability(axes[0, col], axes[1, col], probs, labels, num_bins, name)
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  return _save(fig, path)
+
+
+def risk_coverage_plot(curves: Mapping[str, Tuple[object, object]], path: str,
+                       title: Optional[str] = None,
+                       risk_levels: Sequence[float] = ()) -> str:
+  """Tie-aware risk–coverage curves of several runs/scores on one axes, AURC in the legend.
+
+  Args:
+    curves: `{name: (scores [N], correct [N])}`, higher score = more confident.
+    path: output PNG file.
+    title: optional axes title.
+    risk_levels: optional horizontal reference lines (e.g. `(0.05,)`).
+
+  Returns:
+    `path`.
+  """
+  if not curves:
+    raise ValueError("curves must contain at least one (scores, correct) entry.")
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  for name, (scores, correct) in curves.items():
+    coverage, risk = metrics.risk_coverage_curve(scores, correct)
+    value = float(metrics.aurc(scores, correct))
+    ax.plot(np.asarray(coverage), 100 * np.asarray(risk),
+            label=f"{name} (AURC = {1000 * value:.1f}‰)")
+  for level in risk_levels:
+    ax.axhline(100 * level, color="gray", linestyle=":", linewidth=1)
+  ax.set_xlim(0, 1)
+  ax.set_ylim(bottom=0)
+  ax.set_xlabel("coverage")
+  ax.set_ylabel("risk (% error of accepted)")
+  if title:
+    ax.set_title(title)
+  ax.legend(fontsize="small")
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  return _save(fig, path)

@@ -1,0 +1,212 @@
+"""Tie-aware selective-classification metrics vs independent numpy references (SPEC §2)."""
+import itertools
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from calib_jax import metrics
+from calib_jax.metrics import _sorting
+
+N = 400
+
+
+# ---------------------------------------------------------------- numpy references
+def ref_tie_errors(scores, correct):
+  """E_k for k = 1..N: sort descending, each tie group's samples count its mean error."""
+  order = np.argsort(-scores.astype(np.float64), kind="stable")
+  s, err = scores[order], ~correct[order]
+  out = np.zeros(len(s))
+  i, before = 0, 0.0
+  while i < len(s):
+    j = i
+    while j + 1 < len(s) and s[j + 1] == s[i]:
+      j += 1
+    m, e = j - i + 1, err[i:j + 1].sum()
+    for t in range(1, m + 1):
+      out[i + t - 1] = before + t * e / m
+    before += e
+    i = j + 1
+  return out, s
+
+
+def ref_aurc(scores, correct):
+  e, _ = ref_tie_errors(scores, correct)
+  return np.mean(e / np.arange(1, len(e) + 1))
+
+
+def ref_aurc_opt(correct):
+  n, n_ok = len(correct), int(correct.sum())
+  k = np.arange(1, n + 1)
+  return np.mean(np.maximum(k - n_ok, 0) / k)
+
+
+def ref_coverage_at_risk(scores, correct, risk):
+  e, s = ref_tie_errors(scores, correct)
+  n = len(e)
+  best = 0
+  for k in range(1, n + 1):
+    boundary = k == n or s[k] != s[k - 1]
+    if boundary and e[k - 1] / k <= risk:
+      best = k
+  return best / n
+
+
+def ref_risk_at_coverage(scores, correct, coverage):
+  e, _ = ref_tie_errors(scores, correct)
+  k = max(1, math.ceil(coverage * len(e)))
+  return e[k - 1] / k
+
+
+def _data(seed, n=N, decimals=None):
+  rng = np.random.default_rng(seed)
+  scores = rng.random(n).astype(np.float32)
+  if decimals is not None:
+    scores = np.round(scores, decimals).astype(np.float32)  # many ties
+  correct = rng.random(n) < 0.3 + 0.6 * scores  # informative but imperfect
+  return scores, correct
+
+
+# ---------------------------------------------------------------- tests
+def test_reference_tie_rule_is_the_expectation_over_orderings():
+  # Brute force: average E_k over all orderings that respect the scores.
+  scores = np.array([0.9, 0.5, 0.5, 0.5, 0.2, 0.2], np.float32)
+  correct = np.array([True, False, True, False, True, False])
+  groups = [[0], [1, 2, 3], [4, 5]]
+  total, count = np.zeros(6), 0
+  for perms in itertools.product(*[itertools.permutations(g) for g in groups]):
+    order = [i for p in perms for i in p]
+    total += np.cumsum(~correct[order])
+    count += 1
+  np.testing.assert_allclose(ref_tie_errors(scores, correct)[0], total / count)
+  curve_cov, curve_risk = metrics.risk_coverage_curve(scores, correct)
+  np.testing.assert_allclose(curve_risk, total / count / np.arange(1, 7), atol=1e-6)
+  np.testing.assert_allclose(curve_cov, np.arange(1, 7) / 6, atol=1e-7)
+
+
+def test_hand_derived_aurc_with_a_tie():
+  scores = np.array([0.9, 0.8, 0.8, 0.3], np.float32)
+  correct = np.array([True, False, True, False])
+  # E = 0, .5, 1, 2 -> risks 0, .25, 1/3, .5
+  np.testing.assert_allclose(metrics.aurc(scores, correct), (0.25 + 1 / 3 + 0.5) / 4, atol=1e-6)
+  np.testing.assert_allclose(metrics.augrc(scores, correct), (0 + .5 + 1 + 2) / 16, atol=1e-6)
+  # Oracle: two rights then two errors: risks 0, 0, 1/3, 1/2.
+  np.testing.assert_allclose(metrics.eaurc(scores, correct),
+                             (0.25 + 1 / 3 + 0.5) / 4 - (1 / 3 + 0.5) / 4, atol=1e-6)
+  # Boundaries at k = 1 (risk 0), 3 (1/3), 4 (1/2); k = 2 is inside the tie.
+  np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.3), 0.25)
+  np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.4), 0.75)
+  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.5), 0.25)
+
+
+@pytest.mark.parametrize("decimals", [None, 2])
+def test_random_scores_with_and_without_ties_match_reference(decimals):
+  scores, correct = _data(0 if decimals is None else 1, decimals=decimals)
+  np.testing.assert_allclose(metrics.aurc(scores, correct), ref_aurc(scores, correct),
+                             atol=1e-6)
+  np.testing.assert_allclose(metrics.eaurc(scores, correct),
+                             ref_aurc(scores, correct) - ref_aurc_opt(correct), atol=1e-6)
+  e, _ = ref_tie_errors(scores, correct)
+  np.testing.assert_allclose(metrics.augrc(scores, correct), e.mean() / N, atol=1e-6)
+  for risk in (0.05, 0.2, 0.35):
+    np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, risk),
+                               ref_coverage_at_risk(scores, correct, risk), atol=1e-7)
+  for coverage in (0.1, 0.3, 0.8, 1.0):
+    np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, coverage),
+                               ref_risk_at_coverage(scores, correct, coverage), atol=1e-6)
+  summary = metrics.selective_summary(scores, correct, risks=(0.2,), coverages=(0.3,))
+  np.testing.assert_allclose(summary["aurc"], ref_aurc(scores, correct), atol=1e-6)
+  np.testing.assert_allclose(summary["coverage_at_risk"][0],
+                             ref_coverage_at_risk(scores, correct, 0.2), atol=1e-7)
+  np.testing.assert_allclose(summary["risk_at_coverage"][0],
+                             ref_risk_at_coverage(scores, correct, 0.3), atol=1e-6)
+
+
+def test_constant_score_model_has_aurc_equal_to_error_rate():
+  _, correct = _data(2)
+  scores = np.full(N, 0.7, np.float32)
+  error_rate = 1 - correct.mean()
+  np.testing.assert_allclose(metrics.aurc(scores, correct), error_rate, atol=1e-6)
+  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.1), error_rate,
+                             atol=1e-6)
+  # The only tie-group boundary is full coverage.
+  assert float(metrics.coverage_at_risk(scores, correct, error_rate + 1e-3)) == 1.0
+  assert float(metrics.coverage_at_risk(scores, correct, error_rate - 1e-3)) == 0.0
+
+
+def test_perfect_ranking_has_zero_eaurc():
+  _, correct = _data(3)
+  scores = correct.astype(np.float32) + np.linspace(0, 0.5, N, dtype=np.float32)
+  np.testing.assert_allclose(metrics.eaurc(scores, correct), 0.0, atol=1e-6)
+  assert float(metrics.eaurc(-scores, correct)) > 0.1
+
+
+def test_mixed_sign_scores_and_negative_zero():
+  rng = np.random.default_rng(4)
+  scores = np.round(rng.normal(size=N) * 3, 1).astype(np.float32)
+  scores[:5] = -0.0
+  scores[5:10] = 0.0  # -0.0 and +0.0 are one tie group
+  correct = rng.random(N) < 0.6
+  np.testing.assert_allclose(metrics.aurc(scores, correct), ref_aurc(scores, correct),
+                             atol=1e-6)
+
+
+def test_numpy_and_lax_sort_paths_agree():
+  rng = np.random.default_rng(5)
+  key = _sorting.monotone_key(np.round(rng.normal(size=300), 1).astype(np.float32))
+  bit = rng.random(300) < 0.5
+  cpu_key, cpu_bit = _sorting.sort_with_bit(key, bit)
+  lax_key, lax_bit = _sorting._lax_sort(key, np.asarray(bit, np.uint8))  # pylint: disable=protected-access
+  np.testing.assert_array_equal(cpu_key, lax_key)
+  np.testing.assert_array_equal(cpu_bit, lax_bit)
+  # Wide key ranges take the uint64 packing in numpy.
+  wide = np.array([0, 2**32 - 1, 5, 2**31 + 7, 5], np.uint32)
+  k, b = _sorting.sort_with_bit(wide, np.array([1, 0, 1, 1, 0], bool))
+  np.testing.assert_array_equal(k, np.sort(wide))
+  np.testing.assert_array_equal(b, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
+
+
+def test_mask_equals_selecting_the_valid_subset():
+  scores, correct = _data(6, decimals=2)
+  mask = np.random.default_rng(7).random(N) < 0.6
+  sub_s, sub_c = scores[mask], correct[mask]
+  for fn in (metrics.aurc, metrics.eaurc, metrics.augrc):
+    np.testing.assert_allclose(fn(scores, correct, mask=mask), fn(sub_s, sub_c), atol=1e-6,
+                               err_msg=fn.__name__)
+  np.testing.assert_allclose(metrics.aurc(scores, correct, mask=mask), ref_aurc(sub_s, sub_c),
+                             atol=1e-6)
+  np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.2, mask=mask),
+                             ref_coverage_at_risk(sub_s, sub_c, 0.2), atol=1e-7)
+  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.3, mask=mask),
+                             ref_risk_at_coverage(sub_s, sub_c, 0.3), atol=1e-6)
+  cov, risk = metrics.risk_coverage_curve(scores, correct, mask=mask)
+  n = int(mask.sum())
+  ref_e, _ = ref_tie_errors(sub_s, sub_c)
+  np.testing.assert_allclose(risk[:n], ref_e / np.arange(1, n + 1), atol=1e-6)
+  assert np.all(np.asarray(cov[n - 1:]) == 1.0)  # padding repeats the last point
+
+
+def test_jit_and_vmap():
+  scores, correct = _data(8, decimals=2)
+  np.testing.assert_allclose(jax.jit(metrics.aurc)(scores, correct), ref_aurc(scores, correct),
+                             atol=1e-6)
+  batched = jax.vmap(metrics.aurc)(np.stack([scores, scores[::-1]]),
+                                   np.stack([correct, correct[::-1]]))
+  np.testing.assert_allclose(batched, [ref_aurc(scores, correct)] * 2, atol=1e-6)
+
+
+def test_bad_inputs_raise_clear_errors():
+  scores, correct = _data(9, n=10)
+  with pytest.raises(ValueError, match="empty"):
+    metrics.aurc(np.zeros(0, np.float32), np.zeros(0, bool))
+  with pytest.raises(ValueError, match="must equal"):
+    metrics.aurc(scores, correct[:4])
+  with pytest.raises(ValueError, match="coverage"):
+    metrics.risk_at_coverage(scores, correct, 0.0)
+  with pytest.raises(ValueError, match="risk"):
+    metrics.coverage_at_risk(scores, correct, 1.5)
+  with pytest.raises(ValueError, match="no entries"):
+    metrics.aurc(scores, correct, mask=np.zeros(10, bool))
+  with pytest.raises(ValueError, match="bool"):
+    metrics.aurc(scores, correct.astype(np.float32))

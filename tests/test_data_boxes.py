@@ -153,3 +153,20 @@ def test_fill_boxes_fills_others_and_keeps_the_kept_object():
   np.testing.assert_array_equal(out[~filled], image[~filled])
   everything = B.fill_boxes(tf.constant(image), tf.constant(boxes), fill).numpy()
   np.testing.assert_array_equal(everything[first | kept], np.broadcast_to(fill, ((first | kept).sum(), 3)))
+
+
+def test_decode_inception_crop_matches_decoding_then_cropping():
+  rng = np.random.default_rng(6)
+  coarse = rng.integers(0, 256, (8, 10, 3)).astype(np.uint8)
+  image = tf.image.resize(coarse, (60, 75)).numpy().astype(np.uint8)
+  for encode in (tf.io.encode_jpeg, tf.io.encode_png):
+    encoded = encode(image)
+    decoded = tf.io.decode_image(encoded, channels=3)
+    for s in range(3):
+      seed = tf.constant([2, s], tf.int64)
+      crop, window = B.decode_inception_crop(encoded, 3, seed, scale=(0.2, 0.8))
+      begin, size, window_ref = B.sample_inception_crop(tf.shape(decoded), seed, (0.2, 0.8))
+      np.testing.assert_array_equal(window.numpy(), window_ref.numpy())
+      diff = np.abs(crop.numpy().astype(int) - tf.slice(decoded, begin, size).numpy())
+      # libjpeg upsamples chroma differently on the crop's last row/column; inside it is exact.
+      assert diff[:-1, :-1].max() == 0 and diff.mean() < 0.5

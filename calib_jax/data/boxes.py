@@ -24,7 +24,9 @@ __all__ = [
     "flip_boxes",
     "box_pixel_mask",
     "fill_boxes",
+    "sample_inception_crop",
     "inception_crop",
+    "decode_inception_crop",
     "pad_crop",
     "resize_crop",
     "center_crop",
@@ -166,29 +168,68 @@ def _resize(image: tf.Tensor, size: Sequence[int], method: str) -> tf.Tensor:
   return tf.cast(out, image.dtype) if method == "nearest" else out
 
 
-def inception_crop(image: tf.Tensor, seed: tf.Tensor, out_size: Sequence[int],
-                   scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), method: str = "bilinear"
-                   ) -> tuple[tf.Tensor, tf.Tensor]:
-  """Inception-style random resized crop (area ``scale``, aspect ``ratio``).
+def sample_inception_crop(image_shape: tf.Tensor, seed: tf.Tensor, scale=(0.08, 1.0),
+                          ratio=(3 / 4, 4 / 3)) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """Samples an Inception-style crop (area ``scale``, aspect ``ratio``) of an image shape.
 
   The crop is sampled without regard to the objects (min_object_covered = 0) so that, as in
   ImageNet training, crops may miss the object; that is what objectness measures.
 
   Returns:
-    ``(float image [out_h, out_w, C], window [4] float32)``.
+    ``(begin [3] int32, size [3] int32, window [4] float32)`` with ``begin``/``size`` usable
+    by `tf.slice` and `tf.image.decode_and_crop_jpeg` (as ``[y, x, h, w]``).
   """
-  shape = tf.shape(image)
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      shape, bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
+      image_shape, bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
       min_object_covered=0.0, aspect_ratio_range=ratio, area_range=scale, max_attempts=10,
       use_image_if_no_bounding_boxes=True)
-  crop = tf.slice(image, begin, size)
-  h = tf.cast(shape[0], tf.float32)
-  w = tf.cast(shape[1], tf.float32)
+  h = tf.cast(image_shape[0], tf.float32)
+  w = tf.cast(image_shape[1], tf.float32)
   by, bx = tf.cast(begin[0], tf.float32), tf.cast(begin[1], tf.float32)
   sh, sw = tf.cast(size[0], tf.float32), tf.cast(size[1], tf.float32)
   window = tf.stack([by / h, bx / w, (by + sh) / h, (bx + sw) / w])
+  return begin, size, window
+
+
+def inception_crop(image: tf.Tensor, seed: tf.Tensor, out_size: Sequence[int],
+                   scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), method: str = "bilinear"
+                   ) -> tuple[tf.Tensor, tf.Tensor]:
+  """Inception-style random resized crop of a decoded image (see `sample_inception_crop`).
+
+  Returns:
+    ``(float image [out_h, out_w, C], window [4] float32)``.
+  """
+  begin, size, window = sample_inception_crop(tf.shape(image), seed, scale, ratio)
+  crop = tf.slice(image, begin, size)
   return _resize(tf.cast(crop, tf.float32), out_size, method), window
+
+
+def decode_inception_crop(encoded: tf.Tensor, channels: int, seed: tf.Tensor, scale=(0.08, 1.0),
+                          ratio=(3 / 4, 4 / 3)) -> tuple[tf.Tensor, tf.Tensor]:
+  """Samples an Inception crop of an *encoded* image and decodes only that crop.
+
+  JPEGs go through `tf.image.decode_and_crop_jpeg` (much cheaper than decoding the whole
+  photo); other formats are decoded and sliced. The crop is the same as `inception_crop`
+  with the same seed would take.
+
+  Returns:
+    ``(uint8 crop [h, w, channels] at the original resolution, window [4] float32)``.
+  """
+  def jpeg():
+    begin, size, window = sample_inception_crop(
+        tf.image.extract_jpeg_shape(encoded), seed, scale, ratio)
+    crop = tf.image.decode_and_crop_jpeg(encoded, tf.stack([begin[0], begin[1], size[0], size[1]]),
+                                         channels=channels)
+    return crop, window
+
+  def other():
+    image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    begin, size, window = sample_inception_crop(tf.shape(image), seed, scale, ratio)
+    return tf.slice(image, begin, size), window
+
+  crop, window = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+  crop.set_shape([None, None, channels])
+  return crop, window
 
 
 def pad_crop(image: tf.Tensor, seed: tf.Tensor, pad: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -198,6 +239,7 @@ def pad_crop(image: tf.Tensor, seed: tf.Tensor, pad: int) -> tuple[tf.Tensor, tf
   padded = tf.pad(tf.cast(image, tf.float32), [[pad, pad], [pad, pad], [0, 0]])
   offsets = tf.random.stateless_uniform([2], seed, minval=0, maxval=2 * pad + 1, dtype=tf.int32)
   crop = tf.slice(padded, tf.stack([offsets[0], offsets[1], 0]), shape)
+  crop.set_shape(image.shape)
   h = tf.cast(shape[0], tf.float32)
   w = tf.cast(shape[1], tf.float32)
   oy = tf.cast(offsets[0] - pad, tf.float32)

@@ -162,13 +162,14 @@ def _decoders(source: registry._Source) -> dict[str, Any]:
 
 
 def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: PipelineOptions
-          ) -> tf.data.Dataset:
-  """Undecoded examples of ``split``, preparing local builders on first use."""
+          ) -> tuple[tf.data.Dataset, tfds.core.DatasetBuilder]:
+  """Undecoded examples of ``split`` and their builder, preparing local builders on first
+  use."""
   tfds_name = opts.tfds_name or spec.meta.tfds_name
   builder = tfds.builder(tfds_name, data_dir=data_dir)
   kwargs = dict(split=split, decoders=_decoders(spec.source), shuffle_files=False)
   try:
-    return builder.as_dataset(**kwargs)
+    return builder.as_dataset(**kwargs), builder
   except AssertionError as e:
     if "could not find data" not in str(e):
       raise
@@ -182,7 +183,16 @@ def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: Pipeline
   except (AssertionError, FileNotFoundError) as e:
     raise FileNotFoundError(f"{spec.meta.name}: cannot prepare {tfds_name!r} offline: {e}\n"
                             f"{spec.source.how_to_get}") from e
-  return builder.as_dataset(**kwargs)
+  return builder.as_dataset(**kwargs), builder
+
+
+def _static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:
+  """The stored image shape when every image of the dataset has it (e.g. CIFAR), else None."""
+  try:
+    shape = tuple(builder.info.features[key].shape)
+  except (KeyError, TypeError, AttributeError):
+    return None
+  return shape if len(shape) == 3 and None not in shape else None
 
 
 def _num_examples(ds: tf.data.Dataset) -> int:
@@ -202,11 +212,13 @@ def _image_size(spec: registry._Spec, opts: PipelineOptions) -> tuple[int, int]:
   return spec.meta.image_shape[0], spec.meta.image_shape[1]
 
 
-def _decode_image(data: tf.Tensor, channels: int) -> tf.Tensor:
+def _decode_image(data: tf.Tensor, channels: int, static_shape=None) -> tf.Tensor:
   if data.dtype == tf.string:
     data = tf.io.decode_image(data, channels=channels, expand_animations=False)
   data = tf.convert_to_tensor(data)
   data.set_shape([None, None, channels])
+  if static_shape is not None and static_shape[-1] == channels:
+    data = tf.ensure_shape(data, static_shape)
   return data
 
 
@@ -218,13 +230,16 @@ def _cityscapes_lut() -> tf.Tensor:
 
 
 def _canonical(spec: registry._Spec, ex: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-  """tfds example -> {'image' uint8 [H,W,C] | 'text', 'label', 'boxes' [K,4], 'seg' [H,W,1]}."""
+  """tfds example -> {'image' (encoded or uint8 [H,W,C]) | 'text', 'label' | 'seg' [H,W,1],
+  'boxes' [K,4]}."""
   src, meta = spec.source, spec.meta
   out = {}
   if src.text_key:
     out["text"] = ex[src.text_key]
-  else:
+  elif src.seg_key:
     out["image"] = _decode_image(ex[src.image_key], meta.image_shape[-1])
+  else:  # Classification decodes lazily: inception crops decode only the crop of a JPEG.
+    out["image"] = ex[src.image_key]
   if src.seg_key:
     seg = tf.cast(_decode_image(ex[src.seg_key], 1), tf.int32)
     if src.label_map == "cityscapes":
@@ -255,8 +270,10 @@ def _choose_one(boxes: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 class _Processor:
   """Per-example preprocessing of one dataset, split kind (train/eval) and option set."""
 
-  def __init__(self, spec: registry._Spec, opts: PipelineOptions, train: bool):
+  def __init__(self, spec: registry._Spec, opts: PipelineOptions, train: bool,
+               stored_shape: tuple[int, ...] | None = None):
     self.spec, self.opts, self.train = spec, opts, train
+    self.stored_shape = stored_shape
     meta = spec.meta
     self.task = meta.task
     if meta.mean is not None:
@@ -287,25 +304,44 @@ class _Processor:
   # -- classification ---------------------------------------------------------------------------
   def _classification(self, ex, seed):
     opts = self.opts
-    image = tf.cast(ex["image"], tf.float32)
     seeds = tf.random.experimental.stateless_split(seed, 4)
     out = {"label": ex["label"], "mask": tf.constant(True)}
     boxes = ex.get("boxes")
-    objectness_boxes = boxes
+    objectness_boxes, keep = boxes, None
     is_context = tf.constant(False)
     if boxes is not None and self.train and opts.mask_variant:
       keep = _choose_one(boxes, seeds[0])
-      image = boxes_lib.fill_boxes(image, boxes, self.mean_pixel, keep=keep)
       objectness_boxes = tf.where(keep[:, None], boxes, tf.zeros_like(boxes))
     if boxes is not None and self.train and opts.context_rate > 0:
       is_context = tf.random.stateless_uniform([], seeds[1]) < opts.context_rate
     if boxes is not None and opts.remove_objects:
       is_context = tf.constant(True)
-    if boxes is not None and (opts.context_rate > 0 or opts.remove_objects):
-      image = tf.cond(is_context, lambda: boxes_lib.fill_boxes(image, boxes, self.mean_pixel),
-                      lambda: image)
+    may_fill_all = boxes is not None and (
+        (self.train and opts.context_rate > 0) or opts.remove_objects)
 
-    image, window = self._crop(image, seeds[2])
+    def fill(image, image_boxes):
+      """Mean-pixel fills; ``image_boxes`` are the boxes in ``image``'s own coordinates."""
+      if keep is not None:
+        image = boxes_lib.fill_boxes(image, image_boxes, self.mean_pixel, keep=keep)
+      if may_fill_all:
+        image = tf.cond(is_context,
+                        lambda: boxes_lib.fill_boxes(image, image_boxes, self.mean_pixel),
+                        lambda: image)
+      return image
+
+    if self.crop in ("inception", "pad", "none"):
+      # Pixel-aligned crops: crop first (decoding only the crop of a JPEG), then fill the boxes
+      # mapped into the crop - the same pixels as filling before cropping - then resize.
+      image, window = self._crop_first(ex["image"], seeds[2])
+      if boxes is not None:
+        image = fill(image, boxes_lib.transform_boxes(boxes, window))
+      image = self._resize_to(image, self.size)
+    else:  # Resize-then-crop recipes: fill at full resolution first.
+      image = tf.cast(self._decode(ex["image"]), tf.float32)
+      if boxes is not None:
+        image = fill(image, boxes)
+      image, window = self._crop(image, seeds[2])
+
     flip = boxes_lib.random_flip(seeds[3]) if (self.train and self.flip) else tf.constant(False)
     image = tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
     image.set_shape([self.size[0], self.size[1], self.channels])
@@ -323,19 +359,32 @@ class _Processor:
       out["boxes"] = moved
     return out
 
-  def _crop(self, image, seed):
-    """(float image of self.size, crop window in normalised input coordinates)."""
-    size = self.size
+  def _crop_first(self, image, seed):
+    """Pixel-aligned crop at the input resolution: (float crop, window)."""
     if self.crop == "inception":
-      return boxes_lib.inception_crop(image, seed, size, self.scale, self.ratio)
-    if self.crop == "resize_crop":
-      return boxes_lib.resize_crop(image, seed, self.resize, size)
-    if self.crop == "center":
-      return boxes_lib.center_crop(image, self.resize, size)
-    window = tf.constant(boxes_lib.FULL_WINDOW, tf.float32)
+      if image.dtype == tf.string:
+        crop, window = boxes_lib.decode_inception_crop(image, self.channels, seed, self.scale,
+                                                       self.ratio)
+      else:
+        begin, size, window = boxes_lib.sample_inception_crop(tf.shape(image), seed, self.scale,
+                                                              self.ratio)
+        crop = tf.slice(image, begin, size)
+      return tf.cast(crop, tf.float32), window
+    image = tf.cast(self._decode(image), tf.float32)
     if self.crop == "pad":
-      image, window = boxes_lib.pad_crop(image, seed, self.spec.recipe.pad)
-    return self._resize_to(image, size), window
+      return boxes_lib.pad_crop(image, seed, self.spec.recipe.pad)
+    return image, tf.constant(boxes_lib.FULL_WINDOW, tf.float32)
+
+  def _decode(self, image):
+    return _decode_image(image, self.channels, self.stored_shape)
+
+  def _crop(self, image, seed):
+    """Resize-then-crop recipes: (float image of self.size, crop window)."""
+    if self.crop == "resize_crop":
+      return boxes_lib.resize_crop(image, seed, self.resize, self.size)
+    if self.crop == "center":
+      return boxes_lib.center_crop(image, self.resize, self.size)
+    raise ValueError(f"Unexpected crop {self.crop!r}.")
 
   @staticmethod
   def _resize_to(image, size, method="bilinear"):
@@ -561,13 +610,14 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   if not train and start_batch:
     raise ValueError(f"{name}: start_batch only applies to training streams.")
   process_index, process_count = _process_layout(process_index, process_count)
-  examples = _load(spec, _resolve_split(spec.meta, split), data_dir, opts)
+  examples, builder = _load(spec, _resolve_split(spec.meta, split), data_dir, opts)
   if opts.max_examples is not None:
     examples = examples.take(opts.max_examples)
   num_examples = _num_examples(examples)
   # Indices are global (before sharding) so augmentation does not depend on the host count.
   examples = examples.enumerate().shard(process_count, process_index)
-  processor = _Processor(spec, opts, train)
+  processor = _Processor(spec, opts, train,
+                         _static_image_shape(builder, spec.source.image_key))
   num_classes = spec.meta.num_classes
   if train:
     ds = _train_stream(examples, processor, num_examples=num_examples, batch_size=batch_size,

@@ -98,48 +98,65 @@ def test_hand_derived_aurc_with_a_tie():
   np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.3), 0.25)
   np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.4), 0.75)
   np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.5), 0.25)
+  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.3), 0.25)  # k = 2
+  # vmap over two score vectors (the numpy sort callback is batched too).
+  batched = jax.vmap(metrics.aurc)(np.stack([scores, -scores]), np.stack([correct, correct]))
+  np.testing.assert_allclose(batched, [ref_aurc(scores, correct), ref_aurc(-scores, correct)],
+                             atol=1e-6)
+
+
+def _check_summary(summary, scores, correct, risks, coverages):
+  np.testing.assert_allclose(summary["aurc"], ref_aurc(scores, correct), atol=1e-6)
+  np.testing.assert_allclose(summary["eaurc"],
+                             ref_aurc(scores, correct) - ref_aurc_opt(correct), atol=1e-6)
+  e, _ = ref_tie_errors(scores, correct)
+  np.testing.assert_allclose(summary["augrc"], e.mean() / len(e), atol=1e-6)
+  np.testing.assert_allclose(summary["coverage_at_risk"],
+                             [ref_coverage_at_risk(scores, correct, q) for q in risks],
+                             atol=1e-7)
+  np.testing.assert_allclose(summary["risk_at_coverage"],
+                             [ref_risk_at_coverage(scores, correct, c) for c in coverages],
+                             atol=1e-6)
+
+
+RISKS, COVERAGES = (0.05, 0.2, 0.35), (0.1, 0.3, 0.8, 1.0)
 
 
 @pytest.mark.parametrize("decimals", [None, 2])
 def test_random_scores_with_and_without_ties_match_reference(decimals):
   scores, correct = _data(0 if decimals is None else 1, decimals=decimals)
-  np.testing.assert_allclose(metrics.aurc(scores, correct), ref_aurc(scores, correct),
-                             atol=1e-6)
-  np.testing.assert_allclose(metrics.eaurc(scores, correct),
-                             ref_aurc(scores, correct) - ref_aurc_opt(correct), atol=1e-6)
-  e, _ = ref_tie_errors(scores, correct)
-  np.testing.assert_allclose(metrics.augrc(scores, correct), e.mean() / N, atol=1e-6)
-  for risk in (0.05, 0.2, 0.35):
-    np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, risk),
-                               ref_coverage_at_risk(scores, correct, risk), atol=1e-7)
-  for coverage in (0.1, 0.3, 0.8, 1.0):
-    np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, coverage),
-                               ref_risk_at_coverage(scores, correct, coverage), atol=1e-6)
+  summary = metrics.selective_summary(scores, correct, risks=RISKS, coverages=COVERAGES)
+  _check_summary(summary, scores, correct, RISKS, COVERAGES)
+
+
+def test_single_metric_functions_equal_the_summary():
+  scores, correct = _data(10, decimals=2)
   summary = metrics.selective_summary(scores, correct, risks=(0.2,), coverages=(0.3,))
-  np.testing.assert_allclose(summary["aurc"], ref_aurc(scores, correct), atol=1e-6)
-  np.testing.assert_allclose(summary["coverage_at_risk"][0],
-                             ref_coverage_at_risk(scores, correct, 0.2), atol=1e-7)
-  np.testing.assert_allclose(summary["risk_at_coverage"][0],
-                             ref_risk_at_coverage(scores, correct, 0.3), atol=1e-6)
+  np.testing.assert_allclose(metrics.aurc(scores, correct), summary["aurc"], atol=1e-7)
+  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.3),
+                             summary["risk_at_coverage"][0], atol=1e-7)
+  np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.2),
+                             summary["coverage_at_risk"][0], atol=1e-7)
 
 
 def test_constant_score_model_has_aurc_equal_to_error_rate():
   _, correct = _data(2)
   scores = np.full(N, 0.7, np.float32)
   error_rate = 1 - correct.mean()
-  np.testing.assert_allclose(metrics.aurc(scores, correct), error_rate, atol=1e-6)
-  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.1), error_rate,
-                             atol=1e-6)
+  summary = metrics.selective_summary(scores, correct, risks=(error_rate + 1e-3,
+                                                              error_rate - 1e-3),
+                                      coverages=(0.1, 0.6))
+  np.testing.assert_allclose(summary["aurc"], error_rate, atol=1e-6)
+  np.testing.assert_allclose(summary["risk_at_coverage"], [error_rate] * 2, atol=1e-6)
   # The only tie-group boundary is full coverage.
-  assert float(metrics.coverage_at_risk(scores, correct, error_rate + 1e-3)) == 1.0
-  assert float(metrics.coverage_at_risk(scores, correct, error_rate - 1e-3)) == 0.0
+  np.testing.assert_array_equal(summary["coverage_at_risk"], [1.0, 0.0])
 
 
 def test_perfect_ranking_has_zero_eaurc():
   _, correct = _data(3)
   scores = correct.astype(np.float32) + np.linspace(0, 0.5, N, dtype=np.float32)
-  np.testing.assert_allclose(metrics.eaurc(scores, correct), 0.0, atol=1e-6)
-  assert float(metrics.eaurc(-scores, correct)) > 0.1
+  assert abs(float(metrics.selective_summary(scores, correct)["eaurc"])) < 1e-6
+  assert float(metrics.selective_summary(-scores, correct)["eaurc"]) > 0.1
 
 
 def test_mixed_sign_scores_and_negative_zero():
@@ -148,52 +165,46 @@ def test_mixed_sign_scores_and_negative_zero():
   scores[:5] = -0.0
   scores[5:10] = 0.0  # -0.0 and +0.0 are one tie group
   correct = rng.random(N) < 0.6
-  np.testing.assert_allclose(metrics.aurc(scores, correct), ref_aurc(scores, correct),
-                             atol=1e-6)
+  summary = metrics.selective_summary(scores, correct, risks=RISKS, coverages=COVERAGES)
+  _check_summary(summary, scores, correct, RISKS, COVERAGES)
 
 
 def test_numpy_and_lax_sort_paths_agree():
   rng = np.random.default_rng(5)
   key = _sorting.monotone_key(np.round(rng.normal(size=300), 1).astype(np.float32))
   bit = rng.random(300) < 0.5
-  cpu_key, cpu_bit = _sorting.sort_with_bit(key, bit)
-  lax_key, lax_bit = _sorting._lax_sort(key, np.asarray(bit, np.uint8))  # pylint: disable=protected-access
-  np.testing.assert_array_equal(cpu_key, lax_key)
-  np.testing.assert_array_equal(cpu_bit, lax_bit)
+  cpu = _sorting.sorted_ties(key, bit)
+  lax_path = jax.jit(_sorting.lax_sorted_ties)(key, bit)
+  for name, a, b in zip(cpu._fields, cpu, lax_path):
+    np.testing.assert_array_equal(a, b, err_msg=name)
+  # Independent check of the tie-group extents and running counts.
+  keys = np.asarray(cpu.keys)
+  np.testing.assert_array_equal(keys, np.sort(np.asarray(key)))
+  np.testing.assert_array_equal(cpu.first, np.searchsorted(keys, keys, side="left"))
+  np.testing.assert_array_equal(cpu.last, np.searchsorted(keys, keys, side="right") - 1)
+  np.testing.assert_array_equal(cpu.cum, np.cumsum(cpu.bits))
+  assert int(cpu.cum[-1]) == int(bit.sum())
   # Wide key ranges take the uint64 packing in numpy.
   wide = np.array([0, 2**32 - 1, 5, 2**31 + 7, 5], np.uint32)
-  k, b = _sorting.sort_with_bit(wide, np.array([1, 0, 1, 1, 0], bool))
-  np.testing.assert_array_equal(k, np.sort(wide))
-  np.testing.assert_array_equal(b, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
+  t = _sorting.sorted_ties(wide, np.array([1, 0, 1, 1, 0], bool))
+  np.testing.assert_array_equal(t.keys, np.sort(wide))
+  np.testing.assert_array_equal(t.bits, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
+  np.testing.assert_array_equal(t.first, [0, 1, 1, 3, 4])
+  np.testing.assert_array_equal(t.last, [0, 2, 2, 3, 4])
 
 
-def test_mask_equals_selecting_the_valid_subset():
+def test_mask_equals_the_reference_on_the_valid_subset():
   scores, correct = _data(6, decimals=2)
   mask = np.random.default_rng(7).random(N) < 0.6
   sub_s, sub_c = scores[mask], correct[mask]
-  for fn in (metrics.aurc, metrics.eaurc, metrics.augrc):
-    np.testing.assert_allclose(fn(scores, correct, mask=mask), fn(sub_s, sub_c), atol=1e-6,
-                               err_msg=fn.__name__)
-  np.testing.assert_allclose(metrics.aurc(scores, correct, mask=mask), ref_aurc(sub_s, sub_c),
-                             atol=1e-6)
-  np.testing.assert_allclose(metrics.coverage_at_risk(scores, correct, 0.2, mask=mask),
-                             ref_coverage_at_risk(sub_s, sub_c, 0.2), atol=1e-7)
-  np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, 0.3, mask=mask),
-                             ref_risk_at_coverage(sub_s, sub_c, 0.3), atol=1e-6)
+  summary = metrics.selective_summary(scores, correct, mask, risks=RISKS, coverages=COVERAGES)
+  _check_summary(summary, sub_s, sub_c, RISKS, COVERAGES)
   cov, risk = metrics.risk_coverage_curve(scores, correct, mask=mask)
   n = int(mask.sum())
   ref_e, _ = ref_tie_errors(sub_s, sub_c)
   np.testing.assert_allclose(risk[:n], ref_e / np.arange(1, n + 1), atol=1e-6)
+  np.testing.assert_allclose(cov[:n], np.arange(1, n + 1) / n, atol=1e-6)
   assert np.all(np.asarray(cov[n - 1:]) == 1.0)  # padding repeats the last point
-
-
-def test_jit_and_vmap():
-  scores, correct = _data(8, decimals=2)
-  np.testing.assert_allclose(jax.jit(metrics.aurc)(scores, correct), ref_aurc(scores, correct),
-                             atol=1e-6)
-  batched = jax.vmap(metrics.aurc)(np.stack([scores, scores[::-1]]),
-                                   np.stack([correct, correct[::-1]]))
-  np.testing.assert_allclose(batched, [ref_aurc(scores, correct)] * 2, atol=1e-6)
 
 
 def test_bad_inputs_raise_clear_errors():

@@ -104,41 +104,38 @@ def _reliability_bins(probs, labels, mask, num_bins):
   return ReliabilityBins(counts, _safe_div(conf_sum, counts), _safe_div(hits, counts))
 
 
-def sort_confidences(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array]):
-  """Sorts confidences ascending with their correct bit; masked entries come first (key 0).
-
-  Returns `(keys uint32 [N], correct uint8 [N])`; valid keys are >= 1 and order like `conf`.
-  """
+def sort_confidences(conf: jax.Array, correct: jax.Array,
+                     mask: Optional[jax.Array]) -> _sorting.SortedTies:
+  """Sorts confidences ascending with their correct bit; masked entries come first (key 0)."""
   key = _sorting.monotone_key(conf)
   bit = correct
   if mask is not None:
     key = jnp.where(mask, key, 0)
     bit = jnp.logical_and(bit, mask)
-  return _sorting.sort_with_bit(key, bit)
+  return _sorting.sorted_ties(key, bit)
 
 
-def aece_from_sorted(keys: jax.Array, bits: jax.Array, n: jax.Array, num_bins: int):
-  """AECE from ascending-sorted confidence keys whose last `n` entries are the valid ones.
+def aece_from_sorted(ties: _sorting.SortedTies, n: jax.Array, num_bins: int) -> jax.Array:
+  """AECE from ascending-sorted confidences whose last `n` entries are the valid ones.
 
   Groups are contiguous with sizes differing by at most one, larger first (`np.array_split`).
   A tie group of equal confidences cut by a group boundary gives each side its mean accuracy
-  (the expectation over the order of the ties), so the result does not depend on tie order.
+  (the expected number of correct samples over the order of the ties), so the result does not
+  depend on how ties are ordered.
   """
-  total = keys.shape[0]
+  total = ties.keys.shape[0]
   n = n.astype(jnp.int32)
   offset = total - n
   q, r = n // num_bins, n % num_bins
   g = jnp.arange(num_bins + 1, dtype=jnp.int32)
   # Start (relative to the first valid entry) of each group, and n for the end.
   starts = jnp.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
-  cum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(bits.astype(jnp.int32))])
   split = offset + starts  # absolute split points in [offset, total]
+  cum = jnp.concatenate([jnp.zeros(1, jnp.int32), ties.cum])  # cum[i] = Σ bits[:i]
   inner = jnp.clip(split, 1, total - 1)
-  cut_ties = (split > offset) & (split < total) & (keys[inner - 1] == keys[inner])
-  tie_key = keys[inner]
-  tie_lo = jnp.searchsorted(keys, tie_key, side="left").astype(jnp.int32)
-  tie_hi = jnp.searchsorted(keys, tie_key, side="right").astype(jnp.int32)
-  tie_mean = (cum[tie_hi] - cum[tie_lo]).astype(jnp.float32) / jnp.maximum(tie_hi - tie_lo, 1)
+  cut_ties = (split > offset) & (split < total) & (ties.keys[inner - 1] == ties.keys[inner])
+  tie_lo, tie_hi = ties.first[inner], ties.last[inner] + 1
+  tie_mean = (cum[tie_hi] - cum[tie_lo]).astype(jnp.float32) / (tie_hi - tie_lo)
   hits_before = jnp.where(
       cut_ties, cum[tie_lo] + (split - tie_lo).astype(jnp.float32) * tie_mean,
       cum[split].astype(jnp.float32))
@@ -148,7 +145,7 @@ def aece_from_sorted(keys: jax.Array, bits: jax.Array, n: jax.Array, num_bins: i
   group = jnp.where(pos < r * (q + 1), pos // jnp.maximum(q + 1, 1),
                     r + (pos - r * (q + 1)) // jnp.maximum(q, 1))
   group = jnp.where(pos >= 0, group, num_bins)
-  conf = _sorting.key_to_score(keys)
+  conf = _sorting.key_to_score(ties.keys)
   group_conf = _segments.segment_sum_f32(conf, group, num_bins + 1)[:num_bins]
   return _safe_div(jnp.sum(jnp.abs(group_hits - group_conf)), n.astype(jnp.float32))
 
@@ -156,9 +153,8 @@ def aece_from_sorted(keys: jax.Array, bits: jax.Array, n: jax.Array, num_bins: i
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _aece(probs, labels, mask, num_bins):
   conf, correct = confidence_and_correct(probs, labels)
-  keys, bits = sort_confidences(conf, correct, mask)
   n = jnp.int32(labels.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
-  return aece_from_sorted(keys, bits, n, num_bins)
+  return aece_from_sorted(sort_confidences(conf, correct, mask), n, num_bins)
 
 
 def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.Array],

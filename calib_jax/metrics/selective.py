@@ -21,50 +21,45 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from calib_jax.metrics import _checks
 from calib_jax.metrics import _sorting
 
 ArrayLike = jax.typing.ArrayLike
-_INT_MAX = np.iinfo(np.int32).max
 
 
 class RankedErrors(NamedTuple):
   """Tie-aware error counts along the descending score order (entries past `n` are padding)."""
-  errors: jax.Array      # float32 [N], E_k for k = index + 1
+  errors: jax.Array      # float32 [N], E_k for k = index + 1 (0 past n)
   boundary: jax.Array    # bool [N], True where a tie group ends (and index < n)
-  cum_errors: jax.Array  # int32 [N], errors among the first index + 1 samples (sorted order)
+  num_errors: jax.Array  # int32 [], errors among the valid samples
   n: jax.Array           # int32 [], number of valid samples
 
 
 def rank_errors(scores: jax.Array, errors: jax.Array,
                 mask: Optional[jax.Array]) -> RankedErrors:
-  """Sorts by score (descending) and computes tie-aware cumulative errors `E_k`."""
+  """Ranks by score (descending) and computes the tie-aware cumulative errors `E_k`."""
   total = scores.shape[0]
   key = jnp.maximum(_sorting.monotone_key(scores), 1)
   bit = errors
   if mask is not None:
-    key = jnp.where(mask, key, 0)
+    key = jnp.where(mask, key, 0)  # invalid entries sort first ascending, i.e. last descending
     bit = bit & mask
-  keys, bits = _sorting.sort_with_bit(key, bit)
-  keys, bits = keys[::-1], bits[::-1].astype(jnp.int32)  # descending; invalid entries last
+  t = _sorting.sorted_ties(key, bit)
   n = jnp.int32(total) if mask is None else jnp.sum(mask, dtype=jnp.int32)
-  idx = jnp.arange(total, dtype=jnp.int32)
-  cum = jnp.cumsum(bits)
-  valid = idx < n
-  differs_next = jnp.concatenate([keys[1:] != keys[:-1], jnp.ones(1, bool)])
-  is_last = valid & (differs_next | (idx == n - 1))
-  is_first = valid & jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
-  start = lax.cummax(jnp.where(is_first, idx, 0))
-  before = lax.cummax(jnp.where(is_first, cum - bits, 0))
-  end = lax.cummin(jnp.where(is_last, idx, total - 1), reverse=True)
-  at_end = lax.cummin(jnp.where(is_last, cum, _INT_MAX), reverse=True)
-  size = (end - start + 1).astype(jnp.float32)
-  taken = (idx + 1 - start).astype(jnp.float32)
-  tie_errors = before.astype(jnp.float32) + taken * (at_end - before).astype(jnp.float32) / size
-  tie_errors = jnp.where(valid, tie_errors, 0.0)
-  return RankedErrors(tie_errors, is_last, cum, n)
+  num_errors = t.cum[total - 1]
+  # In descending order, entry i (ascending index) is preceded by everything above its tie
+  # group and by `last − i` members of its own group.
+  cum_before_first = t.cum[t.first] - t.bits[t.first]
+  group_errors = (t.cum[t.last] - cum_before_first).astype(jnp.float32)
+  size = (t.last - t.first + 1).astype(jnp.float32)
+  above = (num_errors - t.cum[t.last]).astype(jnp.float32)
+  taken = (t.last - jnp.arange(total, dtype=jnp.int32) + 1).astype(jnp.float32)
+  tie_errors = above + taken * group_errors / size
+  boundary = t.first == jnp.arange(total, dtype=jnp.int32)
+  valid = jnp.arange(total, dtype=jnp.int32) >= total - n
+  tie_errors = jnp.where(valid, tie_errors, 0.0)[::-1]
+  return RankedErrors(tie_errors, (boundary & valid)[::-1], num_errors, n)
 
 
 def _aurc_from_ranked(r: RankedErrors) -> jax.Array:
@@ -82,7 +77,7 @@ def optimal_aurc(num_errors: jax.Array, n: jax.Array, length: int) -> jax.Array:
 
 def _coverage_at_risk_from_ranked(r: RankedErrors, risk) -> jax.Array:
   k = jnp.arange(1, r.errors.shape[0] + 1, dtype=jnp.int32)
-  ok = r.boundary & (r.cum_errors.astype(jnp.float32) / k.astype(jnp.float32) <= risk)
+  ok = r.boundary & (r.errors / k.astype(jnp.float32) <= risk)
   return jnp.max(jnp.where(ok, k, 0)).astype(jnp.float32) / r.n.astype(jnp.float32)
 
 
@@ -119,9 +114,7 @@ def _aurc(scores, correct, mask):
 @jax.jit
 def _eaurc(scores, correct, mask):
   r = rank_errors(scores, ~correct, mask)
-  num_errors = jnp.sum(jnp.where(mask, ~correct, False) if mask is not None else ~correct,
-                       dtype=jnp.int32)
-  return _aurc_from_ranked(r) - optimal_aurc(num_errors, r.n, scores.shape[0])
+  return _aurc_from_ranked(r) - optimal_aurc(r.num_errors, r.n, scores.shape[0])
 
 
 @jax.jit
@@ -204,12 +197,11 @@ def risk_at_coverage(scores: ArrayLike, correct: ArrayLike, coverage: float,
 @jax.jit
 def _summary(scores, correct, mask, risks, coverages):
   r = rank_errors(scores, ~correct, mask)
-  num_errors = r.cum_errors[r.n - 1]
   value = _aurc_from_ranked(r)
   n = r.n.astype(jnp.float32)
   return {
       "aurc": value,
-      "eaurc": value - optimal_aurc(num_errors, r.n, scores.shape[0]),
+      "eaurc": value - optimal_aurc(r.num_errors, r.n, scores.shape[0]),
       "augrc": jnp.sum(r.errors) / (n * n),
       "coverage_at_risk": jax.vmap(lambda q: _coverage_at_risk_from_ranked(r, q))(risks),
       "risk_at_coverage": jax.vmap(

@@ -91,12 +91,13 @@ def _fit_log_temperature(logits, labels, mask, lo, hi, iterations: int):
   """Golden-section search of log T on the held-out NLL (unimodal: NLL is convex in 1/T)."""
   n = labels.shape[0]
   weights = jnp.ones(n, jnp.float32) if mask is None else mask.astype(jnp.float32)
-  z_label = jnp.take_along_axis(logits, labels[:, None], 1)[:, 0]
+  safe_labels = jnp.clip(labels, 0, logits.shape[1] - 1)  # masked entries may hold 255
+  z_label = jnp.take_along_axis(logits, safe_labels[:, None], 1)[:, 0]
 
   def nll(log_t):
     inv_t = jnp.exp(-log_t)
     per = jax.nn.logsumexp(logits * inv_t, axis=-1) - z_label * inv_t
-    return jnp.sum(per * weights)
+    return jnp.sum(jnp.where(weights > 0, per, 0.0))
 
   def step(_, carry):
     a, b, x1, x2, f1, f2 = carry

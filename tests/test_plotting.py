@@ -1,0 +1,49 @@
+"""Plots render to valid, non-trivial PNG files."""
+import matplotlib.image
+import numpy as np
+import pytest
+
+from calib_jax import plotting
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _data(seed, n=400, c=5):
+  rng = np.random.default_rng(seed)
+  z = rng.normal(size=(n, c)) * 2.5
+  probs = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+  labels = np.where(rng.random(n) < 0.6, probs.argmax(1), rng.integers(0, c, n))
+  return probs.astype(np.float32), labels
+
+
+def _check_png(path, min_width=300):
+  with open(path, "rb") as f:
+    assert f.read(8) == PNG_SIGNATURE
+  image = matplotlib.image.imread(path)
+  assert image.ndim == 3 and image.shape[1] >= min_width and image.shape[0] >= 300
+  assert image[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_reliability_diagram(tmp_path):
+  probs, labels = _data(0)
+  path = plotting.reliability_diagram(probs, labels, str(tmp_path / "sub" / "rel.png"),
+                                      num_bins=10, title="CE")
+  _check_png(path)
+
+
+def test_side_by_side_reliability_diagrams(tmp_path):
+  models = {name: _data(seed) for seed, name in enumerate(("CE", "MbLS", "ACLS"))}
+  path = plotting.reliability_diagrams(models, str(tmp_path / "three.png"), title="CIFAR")
+  _check_png(path, min_width=900)
+  with pytest.raises(ValueError, match="at least one"):
+    plotting.reliability_diagrams({}, str(tmp_path / "none.png"))
+
+
+def test_risk_coverage_plot(tmp_path):
+  probs, labels = _data(1)
+  correct = probs.argmax(1) == labels
+  curves = {"msp": (probs.max(1), correct),
+            "rounded (ties)": (np.round(probs.max(1), 1), correct)}
+  path = plotting.risk_coverage_plot(curves, str(tmp_path / "rc.png"), title="RC",
+                                     risk_levels=(0.05,))
+  _check_png(path)

@@ -93,6 +93,14 @@ def test_clutter_boxes_are_tight_around_the_object_mask():
     assert not (seg[~inside] != 0).any()
 
 
+def test_clutter_normalisation_matches_generated_statistics():
+  images = np.stack([ex["image"] for ex in clutter_objects.generate_split("train", 400, seed=0)])
+  images = images.astype(np.float64) / 255.0
+  meta = data.info("clutter_objects")
+  np.testing.assert_allclose(meta.mean, images.mean(axis=(0, 1, 2)), atol=0.025)
+  np.testing.assert_allclose(meta.std, images.std(axis=(0, 1, 2)), atol=0.01)
+
+
 def test_clutter_glyphs_never_cross_splits():
   idx = digits.split_indices()
   assert not set(idx["train"]) & set(idx["test"])

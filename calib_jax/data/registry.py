@@ -149,13 +149,13 @@ _register(
     _Recipe())
 _register(
     _meta("clutter_objects", 10, (32, 32, 3), "classification", "clutter_objects",
-          has_boxes=True, mean=(0.4992, 0.4996, 0.5003), std=(0.2087, 0.2084, 0.2088)),
+          has_boxes=True, mean=(0.4991, 0.5012, 0.4984), std=(0.2063, 0.2061, 0.2068)),
     _Source(boxes_key="objects/bbox", kind="offline",
             how_to_get="Generated from a seed by calib_jax.data.builders.clutter_objects."),
     _Recipe(train_crop="inception", scale=(0.25, 1.0)))
 _register(
     _meta("clutter_objects_seg", 11, (32, 32, 3), "segmentation", "clutter_objects",
-          ignore_label=255, mean=(0.4992, 0.4996, 0.5003), std=(0.2087, 0.2084, 0.2088)),
+          ignore_label=255, mean=(0.4991, 0.5012, 0.4984), std=(0.2063, 0.2061, 0.2068)),
     _Source(seg_key="segmentation_mask", kind="offline",
             how_to_get="Generated from a seed by calib_jax.data.builders.clutter_objects."),
     _Recipe(train_crop="scale_crop", eval_crop="pad_to", seg_scale=(0.75, 1.5)))

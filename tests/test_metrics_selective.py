@@ -221,3 +221,14 @@ def test_bad_inputs_raise_clear_errors():
     metrics.aurc(scores, correct, mask=np.zeros(10, bool))
   with pytest.raises(ValueError, match="bool"):
     metrics.aurc(scores, correct.astype(np.float32))
+
+
+def test_one_shot_metrics_accept_inputs_sharded_over_eight_devices():
+  scores, correct = _data(11, n=8 * 50, decimals=2)
+  mesh = jax.make_mesh((8,), ("data",),
+                       axis_types=(jax.sharding.AxisType.Explicit,))
+  shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  s, c = jax.device_put(scores, shard), jax.device_put(correct, shard)
+  with jax.set_mesh(mesh):
+    value = jax.block_until_ready(jax.jit(metrics.aurc)(s, c))
+  np.testing.assert_allclose(value, ref_aurc(scores, correct), atol=1e-6)

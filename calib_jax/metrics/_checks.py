@@ -19,6 +19,19 @@ def is_concrete(*xs) -> bool:
   return not any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
+def unsharded(x: jax.Array) -> jax.Array:
+  """Replicates an array that is sharded in explicit-sharding mode.
+
+  The one-shot metrics sort and scatter along the sample axis, which explicit sharding does
+  not resolve on its own; gathering is correct and cheap next to a model's forward pass. To
+  scale over devices, use `StreamingMetrics` inside `shard_map` and `psum` it instead.
+  """
+  spec = getattr(jax.typeof(x).sharding, "spec", None)
+  if spec is not None and any(axis is not None for axis in spec):
+    x = jax.reshard(x, jax.sharding.PartitionSpec())
+  return x
+
+
 def _shape(x) -> tuple:
   return tuple(np.shape(x))
 
@@ -32,7 +45,7 @@ def as_float_array(x: ArrayLike, name: str) -> jax.Array:
   if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
           or dtype == bool):
     raise ValueError(f"{name} must be a real-valued array, got dtype {dtype}.")
-  return jnp.asarray(x, jnp.float32)
+  return unsharded(jnp.asarray(x, jnp.float32))
 
 
 def as_int_array(x: ArrayLike, name: str) -> jax.Array:
@@ -43,7 +56,7 @@ def as_int_array(x: ArrayLike, name: str) -> jax.Array:
     dtype = x.dtype
   if not jnp.issubdtype(dtype, jnp.integer):
     raise ValueError(f"{name} must hold integer class indices, got dtype {dtype}.")
-  return jnp.asarray(x, jnp.int32)
+  return unsharded(jnp.asarray(x, jnp.int32))
 
 
 def as_bool_array(x: ArrayLike, name: str) -> jax.Array:
@@ -54,7 +67,7 @@ def as_bool_array(x: ArrayLike, name: str) -> jax.Array:
     dtype = x.dtype
   if not (dtype == bool or jnp.issubdtype(dtype, jnp.integer)):
     raise ValueError(f"{name} must be a bool array, got dtype {dtype}.")
-  return jnp.asarray(x).astype(bool)
+  return unsharded(jnp.asarray(x).astype(bool))
 
 
 def check_num_bins(num_bins) -> int:

@@ -255,7 +255,7 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
 
   confusion = state.confusion
   if confusion is not None:
-    pred = jnp.argmax(probs, axis=-1).astype(jnp.int32)
+    pred = calibration.first_argmax(probs)
     confusion = confusion + segmentation._confusion(pred, labels, mask, num_classes)  # pylint: disable=protected-access
 
   return state.replace(

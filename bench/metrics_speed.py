@@ -1,0 +1,228 @@
+"""Speed of calib_jax metrics vs torchmetrics / torch-uncertainty / numpy (not a test).
+
+ECE, AECE, classwise ECE and AURC (of the MSP) on N samples with C classes, all libraries in
+one process on the same float32 probability array, median wall time of `--repeats` runs after
+a warm-up (compilation excluded). "read" is one jitted XLA `sum` over the probability array:
+the memory-bound floor for any metric that must look at every probability.
+
+  .venv/bin/python bench/metrics_speed.py --sizes 1e5,1e6 --classes 10,1000
+  .venv/bin/python bench/metrics_speed.py --quick            # seconds, for a smoke run
+
+Sizes whose probability array exceeds --max-gb are skipped (1e7 x 1000 floats is 40 GB), and
+the torch libraries are skipped above --torch-max-gb (they make several copies of the array).
+"""
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from calib_jax import metrics
+
+NUM_BINS = 15
+
+
+def _probs(n: int, c: int, seed: int = 0):
+  """Softmax of random logits, built in chunks to bound peak memory."""
+  rng = np.random.default_rng(seed)
+  probs = np.empty((n, c), np.float32)
+  labels = np.empty(n, np.int64)
+  step = max(1, (1 << 24) // c)
+  for lo in range(0, n, step):
+    hi = min(n, lo + step)
+    z = rng.standard_normal((hi - lo, c), dtype=np.float32) * 3.0
+    z -= z.max(1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(1, keepdims=True)
+    probs[lo:hi] = z
+    agree = rng.random(hi - lo) < 0.7
+    labels[lo:hi] = np.where(agree, z.argmax(1), rng.integers(0, c, hi - lo))
+  return probs, labels
+
+
+def _time(fn, repeats: int, compiled: bool = True) -> float:
+  """Median seconds of `repeats` runs after a warm-up (compilation for jitted functions).
+
+  Uncompiled baselines whose first run already takes > 5 s are timed by that run alone.
+  """
+  start = time.perf_counter()
+  jax.block_until_ready(fn())
+  first = time.perf_counter() - start
+  if not compiled and first > 5.0:
+    return first
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+# ------------------------------------------------------------------ numpy baselines
+def np_ece(p, y):
+  conf, correct = p.max(1), p.argmax(1) == y
+  b = np.clip(np.ceil(conf * NUM_BINS).astype(np.int64) - 1, 0, NUM_BINS - 1)
+  gap = np.bincount(b, correct, NUM_BINS) - np.bincount(b, conf, NUM_BINS)
+  return np.abs(gap).sum() / len(y)
+
+
+def np_aece(p, y):
+  conf, correct = p.max(1), p.argmax(1) == y
+  order = np.argsort(conf)
+  conf, correct = conf[order], correct[order]
+  q, r = divmod(len(y), NUM_BINS)
+  starts = [g * (q + 1) if g <= r else r * (q + 1) + (g - r) * q for g in range(NUM_BINS)]
+  gap = (np.add.reduceat(correct.astype(np.float64), starts)
+         - np.add.reduceat(conf.astype(np.float64), starts))
+  return np.abs(gap).sum() / len(y)
+
+
+def np_classwise(p, y):
+  n, c = p.shape
+  b = np.clip(np.ceil(p * NUM_BINS).astype(np.int32) - 1, 0, NUM_BINS - 1)
+  b += np.arange(c, dtype=np.int32) * NUM_BINS
+  conf = np.bincount(b.ravel(), p.ravel(), c * NUM_BINS)
+  hits = np.bincount(b[np.arange(n), y], minlength=c * NUM_BINS)
+  return np.abs(hits - conf).sum() / (n * c)
+
+
+def np_aurc(p, y):
+  scores, err = p.max(1), p.argmax(1) != y
+  order = np.argsort(-scores, kind="stable")
+  s, e = scores[order], err[order]
+  n = len(s)
+  cum = np.cumsum(e)
+  last = np.r_[s[1:] != s[:-1], True]
+  first = np.r_[True, s[1:] != s[:-1]]
+  idx = np.arange(n)
+  start = np.maximum.accumulate(np.where(first, idx, 0))
+  end = np.minimum.accumulate(np.where(last, idx, n - 1)[::-1])[::-1]
+  before = cum[start] - e[start]
+  tie = before + (idx - start + 1) * (cum[end] - before) / (end - start + 1)
+  return np.mean(tie / (idx + 1))
+
+
+# ------------------------------------------------------------------ torch baselines
+def _torch_fns(p_np, y_np, c):
+  import torch  # pylint: disable=import-outside-toplevel
+  from torchmetrics.functional.classification import multiclass_calibration_error  # pylint: disable=import-outside-toplevel
+  out = {}
+  p, y = torch.from_numpy(p_np), torch.from_numpy(y_np)
+  out["torchmetrics ece"] = lambda: multiclass_calibration_error(
+      p, y, num_classes=c, n_bins=NUM_BINS, norm="l1", validate_args=False)
+  try:
+    from torch_uncertainty import metrics as tu  # pylint: disable=import-outside-toplevel
+  except ImportError as e:  # reported in the table
+    print(f"torch-uncertainty unavailable: {e}")
+    return out
+
+  def run(metric_cls, **kw):
+    def fn():
+      metric = metric_cls(**kw)
+      metric.update(p, y)
+      return metric.compute()
+    return fn
+
+  out["torch-uncertainty aece"] = run(tu.AdaptiveCalibrationError, task="multiclass",
+                                      num_classes=c, num_bins=NUM_BINS)
+  out["torch-uncertainty classwise"] = run(tu.ClasswiseCalibrationError, num_classes=c,
+                                           num_bins=NUM_BINS)
+  out["torch-uncertainty aurc"] = run(tu.AURC)
+  return out
+
+
+# ------------------------------------------------------------------ calib_jax
+def _jax_fns(p, y):
+  def aurc_of_msp(p, y):
+    return metrics.aurc(jnp.max(p, -1), jnp.argmax(p, -1) == y)
+
+  def all_four(p, y):
+    return (metrics.ece(p, y), metrics.aece(p, y), metrics.classwise_ece(p, y),
+            aurc_of_msp(p, y))
+
+  c = p.shape[1]
+  stream = jax.jit(lambda p, y: metrics.StreamingMetrics.init(c).update(probs=p, labels=y))
+  aurc_fn, all_fn = jax.jit(aurc_of_msp), jax.jit(all_four)
+  return {
+      "calib_jax ece": lambda: metrics.ece(p, y),
+      "calib_jax aece": lambda: metrics.aece(p, y),
+      "calib_jax classwise": lambda: metrics.classwise_ece(p, y),
+      "calib_jax aurc": lambda: aurc_fn(p, y),
+      "calib_jax all-4 (one jit)": lambda: all_fn(p, y),
+      "calib_jax streaming update (all metrics)": lambda: stream(p, y),
+  }
+
+
+def _machine() -> str:
+  cpu = platform.processor() or "unknown CPU"
+  try:
+    with open("/proc/cpuinfo") as f:
+      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    cpu = f"{names[0]} x{len(names)} logical cores" if names else cpu
+  except OSError:
+    pass
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  return (f"{cpu}; jax {jax.__version__} ({jax.default_backend()}), numpy {np.__version__}; "
+          f"1-min load average at start {load:.1f}")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--sizes", default="1e5,1e6,1e7")
+  parser.add_argument("--classes", default="10,1000")
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--max-gb", type=float, default=4.5,
+                      help="skip (N, C) whose float32 probabilities exceed this")
+  parser.add_argument("--torch-max-gb", type=float, default=1.2)
+  parser.add_argument("--numpy-max-gb", type=float, default=1.2,
+                      help="numpy's classwise ECE makes int32 copies of the whole array")
+  parser.add_argument("--no-torch", action="store_true")
+  parser.add_argument("--no-numpy", action="store_true")
+  parser.add_argument("--quick", action="store_true", help="N=1e4,1e5; C=10,100; 1 repeat")
+  args = parser.parse_args()
+  if args.quick:
+    args.sizes, args.classes, args.repeats = "1e4,1e5", "10,100", 1
+  sizes = [int(float(s)) for s in args.sizes.split(",")]
+  classes = [int(c) for c in args.classes.split(",")]
+  print(f"machine: {_machine()}")
+  print("| C | N | GB | " + "method | seconds | note |")
+  print("|---|---|---|---|---|---|")
+  for c in classes:
+    for n in sizes:
+      gb = n * c * 4 / 1e9
+      if gb > args.max_gb:
+        print(f"| {c} | {n:.0e} | {gb:.1f} | all | – | skipped: over --max-gb {args.max_gb} |")
+        continue
+      p_np, y_np = _probs(n, c)
+      p, y = jnp.asarray(p_np), jnp.asarray(y_np.astype(np.int32))
+      rows = []
+      read = _time(lambda f=jax.jit(jnp.sum): f(p), args.repeats)
+      rows.append(("read (XLA sum of probs)", read, "memory-bound floor"))
+      for name, fn in _jax_fns(p, y).items():
+        t = _time(fn, args.repeats)
+        rows.append((name, t, f"{t / read:.1f}x read"))
+      jax_times = {name.split(" ", 1)[1]: t for name, t, _ in rows if name.startswith("calib_jax")}
+      if not args.no_numpy and gb <= args.numpy_max_gb:
+        for name, fn in (("ece", np_ece), ("aece", np_aece), ("classwise", np_classwise),
+                         ("aurc", np_aurc)):
+          t = _time(lambda fn=fn: fn(p_np, y_np), args.repeats, compiled=False)
+          rows.append((f"numpy {name}", t, f"calib_jax {t / jax_times[name]:.1f}x faster"))
+      if not args.no_torch and gb <= args.torch_max_gb:
+        for name, fn in _torch_fns(p_np, y_np, c).items():
+          t = _time(fn, args.repeats, compiled=False)
+          metric = name.rsplit(" ", 1)[1]
+          rows.append((name, t, f"calib_jax {t / jax_times[metric]:.1f}x faster"))
+      elif not args.no_torch:
+        rows.append(("torch libraries", float("nan"), "skipped: over --torch-max-gb"))
+      for name, t, note in rows:
+        print(f"| {c} | {n:.0e} | {gb:.2f} | {name} | {t:.4f} | {note} |", flush=True)
+      del p, y, p_np, y_np
+
+
+if __name__ == "__main__":
+  main()

@@ -336,6 +336,25 @@ def test_eval_mode_uses_running_statistics(small_cnn_run):
   np.testing.assert_allclose(again, eval_logits[:2], rtol=1e-5, atol=1e-5)
 
 
+def test_batchnorm_axis_name_gives_global_batch_statistics(small_cnn_run):
+  x, variables, _, train_logits, updates = small_cnn_run
+  n = min(4, len(jax.devices()))  # conftest provides 8 fake CPU devices
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:n]), ("data",))
+  model = models.get("small_cnn", 5, axis_name="data")
+  spec = jax.sharding.PartitionSpec
+
+  def train(v, x):
+    return model.apply(v, x, train=True, mutable=["batch_stats"])
+
+  sharded = jax.jit(jax.shard_map(train, mesh=mesh, in_specs=(spec(), spec("data")),
+                                  out_specs=(spec("data"), spec())))
+  logits, sharded_updates = jax.block_until_ready(sharded(variables, x))
+  # Per-device shards of the batch, statistics averaged over the axis = one global batch.
+  np.testing.assert_allclose(logits, train_logits, rtol=1e-4, atol=1e-5)
+  for a, b in zip(jax.tree_util.tree_leaves(sharded_updates), jax.tree_util.tree_leaves(updates)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_mlp_matches_numpy_and_dropout_uses_the_rng():
   x = jax.random.normal(jax.random.key(2), (3, 4, 5, 1))
   model = models.get("mlp", 6, hidden=(16, 8), dropout_rate=0.5)

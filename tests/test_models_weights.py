@@ -22,7 +22,7 @@ def random_variables(model, input_shape, seed=0):
 @pytest.fixture(scope="module")
 def small_variables():
   model = models.get("small_cnn", 10)
-  return model, model.init({"params": KEY}, jnp.ones((2, 8, 8, 3)))
+  return model, jax.jit(model.init)({"params": KEY}, jnp.ones((2, 8, 8, 3)))
 
 
 def test_save_load_round_trip(tmp_path, small_variables):

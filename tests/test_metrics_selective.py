@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from calib_jax import metrics
+from calib_jax.metrics import _ranking
 from calib_jax.metrics import _sorting
 
 N = 400
@@ -169,26 +170,32 @@ def test_mixed_sign_scores_and_negative_zero():
   _check_summary(summary, scores, correct, RISKS, COVERAGES)
 
 
-def test_numpy_and_lax_sort_paths_agree():
+@pytest.mark.parametrize("masked", [False, True])
+def test_numpy_and_lax_ranking_paths_agree(masked):
   rng = np.random.default_rng(5)
-  key = _sorting.monotone_key(np.round(rng.normal(size=300), 1).astype(np.float32))
+  scores = np.round(rng.normal(size=300), 1).astype(np.float32)
+  key = np.maximum(np.asarray(_sorting.monotone_key(scores)), 1)
   bit = rng.random(300) < 0.5
-  cpu = _sorting.sorted_ties(key, bit)
-  lax_path = jax.jit(_sorting.lax_sorted_ties)(key, bit)
-  for name, a, b in zip(cpu._fields, cpu, lax_path):
-    np.testing.assert_array_equal(a, b, err_msg=name)
-  # Independent check of the tie-group extents and running counts.
-  keys = np.asarray(cpu.keys)
-  np.testing.assert_array_equal(keys, np.sort(np.asarray(key)))
-  np.testing.assert_array_equal(cpu.first, np.searchsorted(keys, keys, side="left"))
-  np.testing.assert_array_equal(cpu.last, np.searchsorted(keys, keys, side="right") - 1)
-  np.testing.assert_array_equal(cpu.cum, np.cumsum(cpu.bits))
-  assert int(cpu.cum[-1]) == int(bit.sum())
+  if masked:
+    valid = rng.random(300) < 0.7
+    key, bit = np.where(valid, key, 0).astype(np.uint32), bit & valid
+  cpu = _ranking.tie_errors(key, bit)  # the numpy callback on this CPU backend
+  lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit.astype(np.uint8))  # pylint: disable=protected-access
+  np.testing.assert_allclose(cpu[0], lax_path[0], rtol=1e-6)
+  np.testing.assert_array_equal(cpu[1], lax_path[1])
+  conf_key = np.where(key > 0, _sorting.monotone_key(np.abs(scores) / 4), 0).astype(np.uint32)
+  for num_bins in (7, 500):  # 500 > n: empty groups
+    cpu = _ranking.adaptive_groups(conf_key, bit, num_bins)
+    lax_path = jax.jit(_ranking._lax_adaptive_groups, static_argnums=2)(  # pylint: disable=protected-access
+        conf_key, bit.astype(np.uint8), num_bins)
+    np.testing.assert_allclose(cpu[0], lax_path[0], atol=1e-5)
+    np.testing.assert_allclose(cpu[1], lax_path[1], atol=1e-5)
   # Wide key ranges take the uint64 packing in numpy.
   wide = np.array([0, 2**32 - 1, 5, 2**31 + 7, 5], np.uint32)
-  t = _sorting.sorted_ties(wide, np.array([1, 0, 1, 1, 0], bool))
-  np.testing.assert_array_equal(t.keys, np.sort(wide))
-  np.testing.assert_array_equal(t.bits, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
+  keys, bits = _sorting.numpy_sort_with_bit(wide, np.array([1, 0, 1, 1, 0], np.uint8))
+  np.testing.assert_array_equal(keys, np.sort(wide))
+  np.testing.assert_array_equal(bits, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
+  t = jax.jit(_sorting.lax_sorted_ties)(wide, np.array([1, 0, 1, 1, 0], np.uint8))
   np.testing.assert_array_equal(t.first, [0, 1, 1, 3, 4])
   np.testing.assert_array_equal(t.last, [0, 2, 2, 3, 4])
 

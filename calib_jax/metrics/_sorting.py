@@ -1,12 +1,8 @@
-"""Sorting scores with a payload bit, plus the tie-group bookkeeping built on the sort.
+"""Order-preserving integer keys for scores, and sorting them with a payload bit.
 
-Selective-classification metrics and AECE need the samples ordered by score with their
-correct/error bit attached, the running count of set bits, and for every position the first
-and last index of its tie group (run of equal keys). On the CPU backend this runs in numpy
-through `jax.pure_callback` (the data already lives in host memory): numpy's SIMD sort of a
-packed key is ~8x faster than XLA's CPU sort, and numpy's scans ~10x faster than XLA's CPU
-cumsum/cummax. On GPU/TPU the same values come from `lax.sort` and `lax` scans. Both paths
-return identical arrays (tested).
+`numpy_sort_with_bit` is the CPU path (numpy's SIMD sort of one packed integer);
+`lax_sorted_ties` the accelerator path, which also returns the tie-group extents. The metrics
+reach them through `_ranking`.
 """
 from typing import NamedTuple
 
@@ -35,6 +31,14 @@ def monotone_key(scores: jax.Array) -> jax.Array:
   return jnp.where(negative, ~bits, bits | _SIGN)
 
 
+def numpy_key_to_score(key: np.ndarray) -> np.ndarray:
+  """numpy version of `key_to_score`."""
+  key = np.asarray(key, np.uint32)
+  positive = (key >> np.uint32(31)) == 1
+  bits = np.where(positive, key & np.uint32(0x7FFFFFFF), ~key)
+  return bits.view(np.float32)
+
+
 def key_to_score(key: jax.Array) -> jax.Array:
   """Inverse of `monotone_key`."""
   positive = (key >> 31) == 1
@@ -42,41 +46,20 @@ def key_to_score(key: jax.Array) -> jax.Array:
   return lax.bitcast_convert_type(bits, jnp.float32)
 
 
-def _numpy_sort_with_bit(key: np.ndarray, bit: np.ndarray):
-  """Sorts `key` along the last axis carrying `bit`, packed into one integer per entry."""
-  key = np.asarray(key, np.uint32)
-  bit = np.asarray(bit, np.uint8)
-  key, bit = np.broadcast_arrays(key, bit)
-  lo = key.min(axis=-1, keepdims=True)
-  span = key.max(axis=-1, keepdims=True) - lo
-  if np.all(span < np.uint32(1 << 31)):
+def numpy_sort_with_bit(key: np.ndarray, bit: np.ndarray):
+  """Sorts 1-D uint32 `key` ascending carrying a 0/1 `bit` (ties: bit 0 first).
+
+  Key and bit are packed into one integer and sorted once; returns `(keys, bits int32)`.
+  """
+  key = np.asarray(key, np.uint32).reshape(-1)
+  bit = np.asarray(bit, np.uint8).reshape(-1)
+  lo = key.min()
+  if key.max() - lo < np.uint32(1 << 31):
     # Offset keys fit in 31 bits, so key and bit pack into uint32 (3x faster than uint64).
-    packed = np.sort(((key - lo) << np.uint32(1)) | bit.astype(np.uint32), axis=-1)
+    packed = np.sort(((key - lo) << np.uint32(1)) | bit.astype(np.uint32))
     return (packed >> np.uint32(1)) + lo, (packed & np.uint32(1)).astype(np.int32)
-  packed = np.sort((key.astype(np.uint64) << np.uint64(1)) | bit.astype(np.uint64), axis=-1)
+  packed = np.sort((key.astype(np.uint64) << np.uint64(1)) | bit.astype(np.uint64))
   return (packed >> np.uint64(1)).astype(np.uint32), (packed & np.uint64(1)).astype(np.int32)
-
-
-def _numpy_sorted_ties(key: np.ndarray, bit: np.ndarray):
-  keys, bits = _numpy_sort_with_bit(key, bit)
-  n = keys.shape[-1]
-  idx = np.broadcast_to(np.arange(n, dtype=np.int32), keys.shape)
-  differs = keys[..., 1:] != keys[..., :-1]
-  edge = np.ones(keys.shape[:-1] + (1,), bool)
-  is_first = np.concatenate([edge, differs], axis=-1)
-  is_last = np.concatenate([differs, edge], axis=-1)
-  first = np.maximum.accumulate(np.where(is_first, idx, 0), axis=-1)
-  last = np.minimum.accumulate(np.where(is_last, idx, n - 1)[..., ::-1], axis=-1)[..., ::-1]
-  cum = np.cumsum(bits, axis=-1, dtype=np.int32)
-  return (keys, bits, cum, first.astype(np.int32), np.ascontiguousarray(last, np.int32))
-
-
-def _callback_sorted_ties(key: jax.Array, bit: jax.Array) -> SortedTies:
-  shape = key.shape
-  out = (jax.ShapeDtypeStruct(shape, jnp.uint32),) + tuple(
-      jax.ShapeDtypeStruct(shape, jnp.int32) for _ in range(4))
-  return SortedTies(*jax.pure_callback(_numpy_sorted_ties, out, key, bit,
-                                       vmap_method="expand_dims"))
 
 
 def lax_sorted_ties(key: jax.Array, bit: jax.Array) -> SortedTies:
@@ -90,10 +73,3 @@ def lax_sorted_ties(key: jax.Array, bit: jax.Array) -> SortedTies:
   first = lax.cummax(jnp.where(jnp.concatenate([edge, differs]), idx, 0))
   last = lax.cummin(jnp.where(jnp.concatenate([differs, edge]), idx, n - 1), reverse=True)
   return SortedTies(keys, bits, jnp.cumsum(bits, dtype=jnp.int32), first, last)
-
-
-def sorted_ties(key: jax.Array, bit: jax.Array) -> SortedTies:
-  """Sorts uint32 `key [N]` ascending carrying a 0/1 `bit`; see `SortedTies`."""
-  key = key.astype(jnp.uint32)
-  bit = bit.astype(jnp.uint8)
-  return lax.platform_dependent(key, bit, cpu=_callback_sorted_ties, default=lax_sorted_ties)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from calib_jax.metrics import _checks
+from calib_jax.metrics import _ranking
 from calib_jax.metrics import _segments
 from calib_jax.metrics import _sorting
 
@@ -70,11 +71,24 @@ def first_argmax(probs: jax.Array) -> jax.Array:
   return (block * b + jnp.argmax(inside, axis=-1)).astype(jnp.int32)
 
 
+def prediction_and_confidence(probs: jax.Array):
+  """Argmax (first index on ties) and the max probability."""
+  pred = first_argmax(probs)
+  return pred, jnp.take_along_axis(probs, pred[..., None], axis=-1)[..., 0]
+
+
 def confidence_and_correct(probs: jax.Array, labels: jax.Array):
   """Max probability and whether the argmax (first index on ties) equals the label."""
-  pred = first_argmax(probs)
-  conf = jnp.take_along_axis(probs, pred[..., None], axis=-1)[..., 0]
+  pred, conf = prediction_and_confidence(probs)
   return conf, pred == labels
+
+
+def brier_per_sample(probs: jax.Array, labels: jax.Array) -> jax.Array:
+  """`Σ_k (p_k − onehot_k)² = Σ_k p_k² − 2 p_y + 1`, without materialising the one-hot."""
+  p_label = jnp.take_along_axis(probs, jnp.clip(labels, 0, probs.shape[-1] - 1)[..., None],
+                                axis=-1)[..., 0]
+  in_range = (labels >= 0) & (labels < probs.shape[-1])
+  return jnp.sum(jnp.square(probs), axis=-1) - 2.0 * jnp.where(in_range, p_label, 0.0) + 1.0
 
 
 def _valid_count(mask: Optional[jax.Array], n: int) -> jax.Array:
@@ -131,57 +145,21 @@ def _reliability_bins(probs, labels, mask, num_bins):
   return ReliabilityBins(counts, _safe_div(conf_sum, counts), _safe_div(hits, counts))
 
 
-def sort_confidences(conf: jax.Array, correct: jax.Array,
-                     mask: Optional[jax.Array]) -> _sorting.SortedTies:
-  """Sorts confidences ascending with their correct bit; masked entries come first (key 0)."""
+def aece_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], num_bins: int):
+  """Per-group correct counts and confidence sums of the AECE's equal-mass groups."""
   key = _sorting.monotone_key(conf)
   bit = correct
   if mask is not None:
     key = jnp.where(mask, key, 0)
     bit = jnp.logical_and(bit, mask)
-  return _sorting.sorted_ties(key, bit)
-
-
-def aece_from_sorted(ties: _sorting.SortedTies, n: jax.Array, num_bins: int) -> jax.Array:
-  """AECE from ascending-sorted confidences whose last `n` entries are the valid ones.
-
-  Groups are contiguous with sizes differing by at most one, larger first (`np.array_split`).
-  A tie group of equal confidences cut by a group boundary gives each side its mean accuracy
-  (the expected number of correct samples over the order of the ties), so the result does not
-  depend on how ties are ordered.
-  """
-  total = ties.keys.shape[0]
-  n = n.astype(jnp.int32)
-  offset = total - n
-  q, r = n // num_bins, n % num_bins
-  g = jnp.arange(num_bins + 1, dtype=jnp.int32)
-  # Start (relative to the first valid entry) of each group, and n for the end.
-  starts = jnp.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
-  split = offset + starts  # absolute split points in [offset, total]
-  cum = jnp.concatenate([jnp.zeros(1, jnp.int32), ties.cum])  # cum[i] = Σ bits[:i]
-  inner = jnp.clip(split, 1, total - 1)
-  cut_ties = (split > offset) & (split < total) & (ties.keys[inner - 1] == ties.keys[inner])
-  tie_lo, tie_hi = ties.first[inner], ties.last[inner] + 1
-  tie_mean = (cum[tie_hi] - cum[tie_lo]).astype(jnp.float32) / (tie_hi - tie_lo)
-  hits_before = jnp.where(
-      cut_ties, cum[tie_lo] + (split - tie_lo).astype(jnp.float32) * tie_mean,
-      cum[split].astype(jnp.float32))
-  group_hits = jnp.diff(hits_before)
-  # Confidence sums do not depend on the order of tied values, so plain positions suffice.
-  pos = jnp.arange(total, dtype=jnp.int32) - offset
-  group = jnp.where(pos < r * (q + 1), pos // jnp.maximum(q + 1, 1),
-                    r + (pos - r * (q + 1)) // jnp.maximum(q, 1))
-  group = jnp.where(pos >= 0, group, num_bins)
-  conf = _sorting.key_to_score(ties.keys)
-  group_conf = _segments.segment_sum_f32(conf, group, num_bins + 1)[:num_bins]
-  return _safe_div(jnp.sum(jnp.abs(group_hits - group_conf)), n.astype(jnp.float32))
+  return _ranking.adaptive_groups(key, bit, num_bins)
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _aece(probs, labels, mask, num_bins):
   conf, correct = confidence_and_correct(probs, labels)
-  n = jnp.int32(labels.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
-  return aece_from_sorted(sort_confidences(conf, correct, mask), n, num_bins)
+  hits, conf_sum = aece_sums(conf, correct, mask, num_bins)
+  return _safe_div(jnp.sum(jnp.abs(hits - conf_sum)), _valid_count(mask, labels.shape[0]))
 
 
 def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
@@ -244,8 +222,7 @@ def _nll_from_logits(logits, labels, mask):
 
 @jax.jit
 def _brier(probs, labels, mask):
-  onehot = jax.nn.one_hot(labels, probs.shape[1], dtype=jnp.float32)
-  return _masked_mean(jnp.sum(jnp.square(probs - onehot), axis=-1), mask, labels.shape[0])
+  return _masked_mean(brier_per_sample(probs, labels), mask, labels.shape[0])
 
 
 @jax.jit

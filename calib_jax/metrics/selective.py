@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from calib_jax.metrics import _checks
+from calib_jax.metrics import _ranking
 from calib_jax.metrics import _sorting
 
 ArrayLike = jax.typing.ArrayLike
@@ -39,27 +40,15 @@ class RankedErrors(NamedTuple):
 def rank_errors(scores: jax.Array, errors: jax.Array,
                 mask: Optional[jax.Array]) -> RankedErrors:
   """Ranks by score (descending) and computes the tie-aware cumulative errors `E_k`."""
-  total = scores.shape[0]
-  key = jnp.maximum(_sorting.monotone_key(scores), 1)
+  key = jnp.maximum(_sorting.monotone_key(scores), 1)  # key 0 is reserved for masked entries
   bit = errors
   if mask is not None:
-    key = jnp.where(mask, key, 0)  # invalid entries sort first ascending, i.e. last descending
+    key = jnp.where(mask, key, 0)
     bit = bit & mask
-  t = _sorting.sorted_ties(key, bit)
-  n = jnp.int32(total) if mask is None else jnp.sum(mask, dtype=jnp.int32)
-  num_errors = t.cum[total - 1]
-  # In descending order, entry i (ascending index) is preceded by everything above its tie
-  # group and by `last − i` members of its own group.
-  cum_before_first = t.cum[t.first] - t.bits[t.first]
-  group_errors = (t.cum[t.last] - cum_before_first).astype(jnp.float32)
-  size = (t.last - t.first + 1).astype(jnp.float32)
-  above = (num_errors - t.cum[t.last]).astype(jnp.float32)
-  taken = (t.last - jnp.arange(total, dtype=jnp.int32) + 1).astype(jnp.float32)
-  tie_errors = above + taken * group_errors / size
-  boundary = t.first == jnp.arange(total, dtype=jnp.int32)
-  valid = jnp.arange(total, dtype=jnp.int32) >= total - n
-  tie_errors = jnp.where(valid, tie_errors, 0.0)[::-1]
-  return RankedErrors(tie_errors, (boundary & valid)[::-1], num_errors, n)
+  tie_errors, boundary = _ranking.tie_errors(key, bit)
+  n = jnp.int32(scores.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  num_errors = jnp.sum(bit, dtype=jnp.int32)
+  return RankedErrors(tie_errors, boundary, num_errors, n)
 
 
 def _aurc_from_ranked(r: RankedErrors) -> jax.Array:

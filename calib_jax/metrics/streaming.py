@@ -232,15 +232,16 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
     p_y = jnp.take_along_axis(probs, safe_labels[:, None], 1)[:, 0]
     lp = jnp.log(jnp.maximum(p_y, jnp.finfo(jnp.float32).tiny))
   valid = jnp.ones(labels.shape, bool) if mask is None else mask
-  conf, correct = calibration.confidence_and_correct(probs, labels)
+  # The barrier keeps XLA from re-fusing the argmax into each of the scatters below.
+  pred, conf = lax.optimization_barrier(calibration.prediction_and_confidence(probs))
+  correct = pred == labels
   wrong = valid & ~correct
   right = valid & correct
 
   def total(v):
     return jnp.sum(jnp.where(valid, v, 0.0))
 
-  onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
-  brier = jnp.sum(jnp.square(probs - onehot), axis=-1)
+  brier = calibration.brier_per_sample(probs, labels)
 
   counts, conf_sum, hits = calibration.bin_sums(conf, correct, mask, num_bins)
   class_conf, class_hits = calibration.classwise_bin_sums(probs, labels, mask, num_bins)
@@ -255,7 +256,6 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
 
   confusion = state.confusion
   if confusion is not None:
-    pred = calibration.first_argmax(probs)
     confusion = confusion + segmentation._confusion(pred, labels, mask, num_classes)  # pylint: disable=protected-access
 
   return state.replace(

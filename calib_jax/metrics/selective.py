@@ -13,14 +13,12 @@ error counts as the group's mean error (the expectation over the orderings of th
 
 All are jit-able; errors and the tie bookkeeping are int32, risks float32.
 """
-import functools
 import math
 import numbers
 from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from calib_jax.metrics import _checks
 from calib_jax.metrics import _ranking

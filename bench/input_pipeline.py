@@ -93,6 +93,7 @@ def main() -> None:
     configs += [
         ("CIFAR-style 32x32: pad-4 crop + flip", "clutter_objects",
          dict(common, crop="pad", flip=True)),
+        ("CIFAR-style 32x32: inception crop", "clutter_objects", dict(common)),
         ("CIFAR-style 32x32: inception crop + objectness + 15% context", "clutter_objects",
          dict(common, objectness=True, context_rate=0.15)),
         ("CIFAR-style 32x32: + mask variant", "clutter_objects",

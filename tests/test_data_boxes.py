@@ -170,3 +170,16 @@ def test_decode_inception_crop_matches_decoding_then_cropping():
       diff = np.abs(crop.numpy().astype(int) - tf.slice(decoded, begin, size).numpy())
       # libjpeg upsamples chroma differently on the crop's last row/column; inside it is exact.
       assert diff[:-1, :-1].max() == 0 and diff.mean() < 0.5
+
+
+def test_batched_objectness_equals_per_example_values():
+  rng = np.random.default_rng(7)
+  boxes = np.stack([_random_boxes(rng, 3) for _ in range(5)]).astype(np.float32)
+  boxes[1, 2] = 0.0  # a padding row
+  windows = np.concatenate([rng.uniform(0, 0.3, (5, 2)), rng.uniform(0.6, 1.0, (5, 2))], axis=1)
+  batched = B.objectness_tf(tf.constant(boxes), tf.constant(windows, tf.float32)).numpy()
+  assert batched.shape == (5,)
+  for b, w, value in zip(boxes, windows, batched):
+    assert value == pytest.approx(_inclusion_exclusion(b, w), abs=1e-6)
+  empty = B.objectness_tf(tf.zeros([2, 0, 4]), tf.constant([[0.0, 0, 1, 1]] * 2)).numpy()
+  np.testing.assert_array_equal(empty, [0.0, 0.0])

@@ -168,6 +168,13 @@ def _example():
                  "objects": {"bbox": tf.constant(_BOXES)}}
 
 
+def _process_one(processor, ex, seed):
+  """Runs the per-example processor and the batch-level step on a batch of one."""
+  out = processor(ex, tf.constant(seed, tf.int64))
+  out = pipeline._finish_batch({k: v[None] for k, v in out.items()})
+  return {k: v.numpy()[0] for k, v in out.items()}
+
+
 def _is_mean(out, rows, cols):
   return np.allclose(out["image"][rows, cols], 0.0, atol=1e-5)  # mean pixel normalises to 0
 
@@ -177,7 +184,7 @@ def test_mask_variant_keeps_one_object_and_fills_the_other():
   _, ex = _example()
   kept_first = 0
   for s in range(12):
-    out = {k: v.numpy() for k, v in processor(ex, tf.constant([0, s], tf.int64)).items()}
+    out = _process_one(processor, ex, [0, s])
     first_kept = out["boxes"][0].any()
     kept_first += first_kept
     assert out["boxes"][0].any() != out["boxes"][1].any()  # exactly one box kept
@@ -191,13 +198,13 @@ def test_mask_variant_keeps_one_object_and_fills_the_other():
 def test_context_samples_fill_every_object_and_get_objectness_minus_one():
   processor = _clutter_processor(context_rate=1.0)
   image, ex = _example()
-  out = {k: v.numpy() for k, v in processor(ex, tf.constant([0, 1], tf.int64)).items()}
+  out = _process_one(processor, ex, [0, 1])
   assert out["objectness"] == -1.0
   assert _is_mean(out, slice(0, 8), slice(0, 16)) and _is_mean(out, slice(16, 32), slice(16, 32))
   meta = data.info("clutter_objects")
   expected = (image[8:16] / 255.0 - np.array(meta.mean)) / np.array(meta.std)
   np.testing.assert_allclose(out["image"][8:16], expected, atol=1e-5)  # background untouched
-  plain = _clutter_processor(objectness=True)(ex, tf.constant([0, 1], tf.int64))
+  plain = _process_one(_clutter_processor(objectness=True), ex, [0, 1])
   assert float(plain["objectness"]) == pytest.approx(0.125 + 0.25)
 
 

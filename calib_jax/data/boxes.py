@@ -37,46 +37,43 @@ FULL_WINDOW = (0.0, 0.0, 1.0, 1.0)
 
 
 def union_area_tf(boxes: tf.Tensor) -> tf.Tensor:
-  """Exact area of the union of axis-aligned boxes ``[K, 4]`` (any float dtype).
+  """Exact area of the union of axis-aligned boxes ``[..., K, 4]`` (any float dtype).
 
   Coordinate compression: the 2K y-edges and 2K x-edges cut the plane into at most
   ``(2K-1)^2`` cells; a cell is covered iff its centre lies strictly inside some box, and the
   union area is the summed area of covered cells. Degenerate boxes cover no cell centre, so
-  padding rows need no special casing. ``K = 0`` gives 0.
+  padding rows need no special casing. ``K = 0`` gives 0. Leading dimensions are batch
+  dimensions (the pipeline computes a whole batch at once).
   """
   boxes = tf.convert_to_tensor(boxes)
-  ys = tf.sort(tf.concat([boxes[:, 0], boxes[:, 2]], axis=0))
-  xs = tf.sort(tf.concat([boxes[:, 1], boxes[:, 3]], axis=0))
-  cy = 0.5 * (ys[1:] + ys[:-1])  # [Ny]
-  cx = 0.5 * (xs[1:] + xs[:-1])  # [Nx]
-  hy = ys[1:] - ys[:-1]
-  wx = xs[1:] - xs[:-1]
-  in_y = (cy[None, :] > boxes[:, 0:1]) & (cy[None, :] < boxes[:, 2:3])  # [K, Ny]
-  in_x = (cx[None, :] > boxes[:, 1:2]) & (cx[None, :] < boxes[:, 3:4])  # [K, Nx]
-  covered = tf.reduce_any(in_y[:, :, None] & in_x[:, None, :], axis=0)  # [Ny, Nx]
-  cell_area = hy[:, None] * wx[None, :]
-  return tf.reduce_sum(tf.where(covered, cell_area, tf.zeros_like(cell_area)))
+  ys = tf.sort(tf.concat([boxes[..., 0], boxes[..., 2]], axis=-1), axis=-1)  # [..., 2K]
+  xs = tf.sort(tf.concat([boxes[..., 1], boxes[..., 3]], axis=-1), axis=-1)
+  cy = 0.5 * (ys[..., 1:] + ys[..., :-1])  # [..., Ny]
+  cx = 0.5 * (xs[..., 1:] + xs[..., :-1])  # [..., Nx]
+  hy = ys[..., 1:] - ys[..., :-1]
+  wx = xs[..., 1:] - xs[..., :-1]
+  in_y = (cy[..., None, :] > boxes[..., 0:1]) & (cy[..., None, :] < boxes[..., 2:3])  # [.., K, Ny]
+  in_x = (cx[..., None, :] > boxes[..., 1:2]) & (cx[..., None, :] < boxes[..., 3:4])  # [.., K, Nx]
+  covered = tf.reduce_any(in_y[..., :, :, None] & in_x[..., :, None, :], axis=-3)  # [.., Ny, Nx]
+  cell_area = hy[..., :, None] * wx[..., None, :]
+  return tf.reduce_sum(tf.where(covered, cell_area, tf.zeros_like(cell_area)), axis=[-2, -1])
 
 
 def objectness_tf(boxes: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
   """Fraction of ``window`` covered by the union of ``boxes`` (graph version of `objectness`).
 
   Args:
-    boxes: ``[K, 4]`` normalised boxes; zero-area rows are padding.
-    window: ``[4]`` crop window in the same coordinates, with positive area.
+    boxes: ``[..., K, 4]`` normalised boxes; zero-area rows are padding.
+    window: ``[..., 4]`` crop window in the same coordinates, with positive area.
 
   Returns:
-    Scalar in ``[0, 1]`` with the dtype of ``boxes``.
+    ``[...]`` values in ``[0, 1]`` with the dtype of ``boxes``.
   """
   boxes = tf.convert_to_tensor(boxes)
-  window = tf.cast(window, boxes.dtype)
-  clipped = tf.stack([
-      tf.maximum(boxes[:, 0], window[0]),
-      tf.maximum(boxes[:, 1], window[1]),
-      tf.minimum(boxes[:, 2], window[2]),
-      tf.minimum(boxes[:, 3], window[3]),
-  ], axis=1)
-  window_area = (window[2] - window[0]) * (window[3] - window[1])
+  window = tf.cast(window, boxes.dtype)[..., None, :]  # [..., 1, 4]
+  clipped = tf.concat([tf.maximum(boxes[..., :2], window[..., :2]),
+                       tf.minimum(boxes[..., 2:], window[..., 2:])], axis=-1)
+  window_area = (window[..., 0, 2] - window[..., 0, 0]) * (window[..., 0, 3] - window[..., 0, 1])
   return union_area_tf(clipped) / window_area
 
 

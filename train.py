@@ -7,16 +7,9 @@ Running the same command again after an interruption continues from the newest c
 """
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, logging
 
-from calib_jax.training import config_validation, loop
-
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/default.py", "Training config file (optionally `file.py:variant`).",
-    lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.",
-                               required=True)
+from calib_jax.training import cli, config_validation, loop
 
 
 def main(argv: list[str]) -> None:
@@ -24,7 +17,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   try:
-    loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    loop.train_and_evaluate(cli.CONFIG.value, cli.workdir())
   except (config_validation.ConfigError, loop.NonFiniteLossError) as e:
     logging.error("%s", e)
     sys.exit(f"train.py: {e}")

@@ -26,6 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = base_config()
   config.dataset = "clutter_objects"
   config.model = "small_cnn"
+  config.model_kwargs.widths = (32, 64, 128)
   config.batch_size = 128
   config.eval_batch_size = 256
   config.num_epochs = 6

@@ -13,17 +13,31 @@ from calib_jax.training import logging as log_lib
 
 @pytest.fixture(autouse=True, scope="module")
 def compilation_cache(tmp_path_factory):
-  """Reuses compiled programs across this module's runs (each run re-jits the same step)."""
+  """Reuses compiled programs across runs (each run re-jits the same step); the cache lives in
+  the session's temporary directory, so the training and eval test modules share it."""
   previous = (jax.config.jax_compilation_cache_dir,
               jax.config.jax_persistent_cache_min_compile_time_secs,
               jax.config.jax_persistent_cache_min_entry_size_bytes)
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+  cache_dir = tmp_path_factory.getbasetemp() / "jax_compilation_cache"
+  cache_dir.mkdir(exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", str(cache_dir))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   yield
   jax.config.update("jax_compilation_cache_dir", previous[0])
   jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", previous[2])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def quick_rng_compilation():
+  """Non-partitionable threefry: XLA:CPU compiles the partitionable variant's random-number
+  kernels ~5x slower (seconds per model init). Only the random values differ, and these tests
+  compare runs with each other, never against stored values."""
+  previous = jax.config.jax_threefry_partitionable
+  jax.config.update("jax_threefry_partitionable", False)
+  yield
+  jax.config.update("jax_threefry_partitionable", previous)
 
 
 def tiny_config(**overrides):
@@ -34,13 +48,13 @@ def tiny_config(**overrides):
   config.model_kwargs.widths = (4, 8)
   config.batch_size = 32
   config.eval_batch_size = 64
-  config.num_train_steps = 6
-  config.learning_rate = 0.05
+  config.num_train_steps = 24
+  config.learning_rate = 0.1
   config.schedule = "cosine"
   config.warmup_epochs = 0.1
-  config.checkpoint_every_steps = 2
+  config.checkpoint_every_steps = 8
   config.keep_checkpoints = 0
-  config.log_every_steps = 2
+  config.log_every_steps = 8
   config.eval_every_steps = 0
   config.progress_bar = False
   config.tensorboard = False
@@ -85,40 +99,40 @@ def _make_dataset_failing_after(num_batches, monkeypatch, corrupt=False):
 
 def test_resume_after_kill_and_after_stop_gives_same_final_state(tmp_path, monkeypatch):
   reference = loop.train_and_evaluate(tiny_config(), str(tmp_path / "reference"))
-  assert int(reference.step) == 6
+  assert int(reference.step) == 24
 
   workdir = str(tmp_path / "interrupted")
-  # 1) The process dies while fetching batch 3: only the periodic checkpoint of step 2 exists.
+  # 1) The process dies while fetching batch 10: only the periodic checkpoint of step 8 exists.
   with monkeypatch.context() as m:
-    _make_dataset_failing_after(3, m)
+    _make_dataset_failing_after(10, m)
     with pytest.raises(_Interrupt):
       loop.train_and_evaluate(tiny_config(), workdir)
   ckpt = checkpoint.Checkpointer(workdir, read_only=True)
-  assert ckpt.latest_step() == 2
-  # 2) The same command with a per-run step budget stops after 2 more steps, with a checkpoint.
-  stopped = loop.train_and_evaluate(tiny_config(stop_after_steps=2), workdir)
-  assert int(stopped.step) == 4
-  assert checkpoint.Checkpointer(workdir, read_only=True).latest_step() == 4
+  assert ckpt.latest_step() == 8
+  # 2) The same command with a per-run step budget stops after 6 more steps, with a checkpoint.
+  stopped = loop.train_and_evaluate(tiny_config(stop_after_steps=6), workdir)
+  assert int(stopped.step) == 14
+  assert checkpoint.Checkpointer(workdir, read_only=True).latest_step() == 14
   # 3) The same command again finishes the run, identical to the uninterrupted one.
   resumed = loop.train_and_evaluate(tiny_config(), workdir)
   _assert_same_state(reference, resumed)
 
   records = log_lib.read_metrics(workdir)
   train_steps = [r["step"] for r in records if r["split"] == "train"]
-  assert train_steps == [2, 4, 6]  # Logged before dying at step 3, then by the resumed runs.
+  assert train_steps == [8, 14, 16, 24]  # Before dying at step 10, then the resumed runs.
   saved = json.load(open(os.path.join(workdir, log_lib.CONFIG_FILE)))
-  assert saved["dataset"] == "digits" and saved["num_train_steps"] == 6
+  assert saved["dataset"] == "digits" and saved["num_train_steps"] == 24
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
   workdir = str(tmp_path / "nan")
-  _make_dataset_failing_after(3, monkeypatch, corrupt=True)
-  with pytest.raises(loop.NonFiniteLossError, match=r"at step 4.*last good checkpoint is step 2"):
+  _make_dataset_failing_after(10, monkeypatch, corrupt=True)
+  with pytest.raises(loop.NonFiniteLossError, match=r"at step 11.*last good checkpoint is step 8"):
     loop.train_and_evaluate(tiny_config(), workdir)
   ckpt = checkpoint.Checkpointer(workdir, read_only=True)
-  assert ckpt.all_steps() == [2]
+  assert ckpt.all_steps() == [8]
   restored, meta = ckpt.restore(None)
-  assert meta["data_position"] == 2
+  assert meta["data_position"] == 8
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(restored["params"]))
 
 

@@ -93,7 +93,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.pnorm_center = True
   c.eval.risk_levels = (0.01, 0.05, 0.1)        # coverage_at_risk operating points
   c.eval.coverage_levels = (0.5, 0.8, 0.9)      # risk_at_coverage operating points
-  c.eval.max_fit_pixels = 1_000_000   # segmentation: pixels sampled to fit T and p
+  # Segmentation: random labelled pixels per image used to fit T and p on the fit split, and to
+  # score selective classification on the test split (LS-vs-SC samples 5000 per image).
+  c.eval.fit_pixels_per_image = 1000
+  c.eval.score_pixels_per_image = 5000
+  c.eval.max_plot_samples = 20_000      # samples (pixels) drawn in the reliability diagram
   c.eval.context_eval = False         # also evaluate context-only (objects removed) images
   c.eval.max_examples = -1            # -1: the whole split
   return c
@@ -158,3 +162,22 @@ def apply_smoothing_level(config: ml_collections.ConfigDict,
   config.loss = "ls"
   config.loss_kwargs = ml_collections.ConfigDict({"epsilon": alpha})
   return config
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+  """Loads `path/to/config.py[:arg]` the way `--config=` does: `get_config(arg)` of the file.
+
+  Args:
+    spec: a config file path, optionally followed by `:arg` (the variant).
+  """
+  import importlib.util
+  import os
+
+  path, _, arg = spec.partition(":")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"config file {path!r} does not exist")
+  module_spec = importlib.util.spec_from_file_location(
+      f"_calib_jax_config_{abs(hash(os.path.abspath(path)))}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()

@@ -103,8 +103,12 @@ def _check_numbers(config: ml_collections.ConfigDict, problems: list[str],
        f"eval.risk_levels must be in (0, 1], got {config.eval.risk_levels}")
   need(all(0 < c <= 1 for c in config.eval.coverage_levels),
        f"eval.coverage_levels must be in (0, 1], got {config.eval.coverage_levels}")
-  need(config.eval.max_fit_pixels > 0,
-       f"eval.max_fit_pixels must be > 0, got {config.eval.max_fit_pixels}")
+  for field in ("fit_pixels_per_image", "score_pixels_per_image", "max_plot_samples"):
+    need(config.eval[field] > 0, f"eval.{field} must be > 0, got {config.eval[field]}")
+  need(config.eval.max_examples == -1 or config.eval.max_examples > 0,
+       f"eval.max_examples must be -1 (all) or > 0, got {config.eval.max_examples}")
+  need(config.eval.fit_split in ("val", "test"),
+       f"eval.fit_split must be 'val' or 'test', got {config.eval.fit_split!r}")
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:

@@ -1,1 +1,364 @@
-"""Evaluation (placeholder while metrics land)."""
+"""The evaluation program behind `eval.py`, and the validation pass of the training loop.
+
+`evaluate_run(config, workdir, split='test')`:
+1. restores the newest (or a given) checkpoint's parameters and BatchNorm statistics;
+2. on the fit split (`config.eval.fit_split`, the validation split by default) fits the
+   temperature T (`posthoc.fit_temperature`, held-out NLL) and picks the logit-normalisation
+   p (`posthoc.select_pnorm`, held-out AURC; None keeps MSP);
+3. streams the report split through two `metrics.StreamingMetrics` accumulators, on logits and
+   on logits / T: every SPEC §2 calibration metric before and after temperature scaling (the
+   papers' PreT / PosT columns), MSP-based selective metrics, and mIoU for segmentation;
+4. computes the selective metrics of the other confidence scores (max logit, negative entropy,
+   max-logit p-norm) exactly, from per-sample scores (segmentation: from
+   `eval.score_pixels_per_image` random labelled pixels per image, the same pixels for every
+   model, as LS-vs-SC do);
+5. for ALS models (`eval.context_eval`) evaluates context-only images (every object box filled
+   with the mean pixel): a model that relies on objects should be unsure there;
+6. writes `<workdir>/eval_<split>/metrics.json`, `reliability.png` (PreT and PosT) and
+   `risk_coverage.png`, and returns the results.
+"""
+import functools
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from calib_jax import metrics, posthoc
+from calib_jax.training import builders
+from calib_jax.training import checkpoint as checkpoint_lib
+from calib_jax.training import config_validation, optim, parallel, step as step_lib
+
+RESULTS_FILE = "metrics.json"
+RELIABILITY_FILE = "reliability.png"
+RISK_COVERAGE_FILE = "risk_coverage.png"
+# Scalars of `StreamingMetrics.result()` reported in the PreT / PosT tables.
+CALIBRATION_KEYS = ("accuracy", "ece", "aece", "mce", "classwise_ece", "nll", "brier",
+                    "average_confidence", "overconfidence", "underconfidence", "aurc", "eaurc",
+                    "augrc")
+VALIDATION_KEYS = ("accuracy", "nll", "ece", "aece", "brier", "aurc")
+
+
+def eval_dir(workdir: str, split: str) -> str:
+  """Where `evaluate_run` writes the results of `split`."""
+  return os.path.join(workdir, f"eval_{split}")
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+  """The full value of a global array on this host (gathered across processes if needed)."""
+  if jax.process_count() > 1:
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+  return np.asarray(x)
+
+
+def eval_batches(config: ml_collections.ConfigDict, split: str, mesh: jax.sharding.Mesh,
+                 **extra_options: Any) -> Iterator[dict[str, jax.Array]]:
+  """One pass over a split as global batches (the last one padded, `mask` False there)."""
+  from calib_jax import data
+  options = {**config.data_options.to_dict(), **extra_options}
+  if config.eval.max_examples > 0:
+    options["max_examples"] = int(config.eval.max_examples)
+  stream = data.make_dataset(
+      config.dataset, split, batch_size=parallel.local_batch_size(config.eval_batch_size),
+      train=False, data_dir=config.data_dir, process_index=jax.process_index(),
+      process_count=jax.process_count(), **options)
+  for batch in stream:
+    yield parallel.to_global(batch, mesh)
+
+
+@functools.partial(jax.jit, static_argnames="num_pixels")
+def _sample_pixels(logits: jax.Array, labels: jax.Array, mask: jax.Array, key: jax.Array,
+                   num_pixels: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Up to `num_pixels` uniformly drawn labelled pixels per image, as flat samples.
+
+  Returns `(logits [B*k, C], labels [B*k], mask [B*k])` with `k = min(num_pixels, H*W)`;
+  images with fewer labelled pixels keep all of them (the rest of their k slots are masked).
+  """
+  b, num_classes = logits.shape[0], logits.shape[-1]
+  flat_mask = mask.reshape(b, -1)
+  k = min(num_pixels, flat_mask.shape[1])
+  priority = jnp.where(flat_mask, jax.random.uniform(key, flat_mask.shape), -1.0)
+  top, index = jax.lax.top_k(priority, k)
+  picked = jnp.take_along_axis(logits.reshape(b, -1, num_classes), index[..., None], axis=1)
+  picked_labels = jnp.take_along_axis(labels.reshape(b, -1), index, axis=1)
+  return (picked.reshape(b * k, num_classes), picked_labels.reshape(-1),
+          (top >= 0).reshape(-1))
+
+
+def _samples(logits, labels, mask, key, num_pixels):
+  """Per-example (classification) or sampled per-pixel (segmentation) flat samples."""
+  if logits.ndim == 2:
+    return logits, labels, mask
+  return _sample_pixels(logits, labels, mask, key, num_pixels)
+
+
+def restore_variables(config: ml_collections.ConfigDict, workdir: str, model,
+                      mesh: jax.sharding.Mesh, example: np.ndarray,
+                      step: int | None = None) -> tuple[dict[str, Any], int]:
+  """The model variables of a run's checkpoint (newest unless `step`) and its step."""
+  from calib_jax.training import loop  # Deferred: loop imports this module lazily too.
+  checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
+  if checkpointer.latest_step() is None:
+    raise FileNotFoundError(f"No checkpoint in {checkpointer.directory}; train first "
+                            "(python train.py --config=... --workdir=...)")
+  # The optimiser only shapes the state to restore into; its schedule length is irrelevant.
+  tx = optim.optimizer_from_config(config, lambda s: config.learning_rate)
+  crl_size = loop.train_size(config, builders.dataset_meta(config)) if config.crl_weight else 0
+  abstract = loop.abstract_state(config, model, tx, example, mesh, crl_size)
+  state, meta = checkpointer.restore(abstract, step)
+  checkpointer.close()
+  return state.variables(), int(meta["step"])
+
+
+def validation_metrics(config: ml_collections.ConfigDict, state, model, mesh: jax.sharding.Mesh,
+                       meta: Any, split: str = "val") -> dict[str, float]:
+  """Accuracy, NLL, ECE, AECE, Brier and AURC (and mIoU) of the current state on `split`."""
+  predict = step_lib.make_predict_fn(model, mesh)
+  variables = state.variables()
+  acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
+                                      confusion=meta.task == "segmentation")
+  for batch in eval_batches(config, split, mesh):
+    acc = acc.update(logits=predict(variables, batch), labels=batch["label"],
+                     mask=batch["mask"])
+  result = acc.result(risks=(), coverages=())
+  keys = VALIDATION_KEYS + (("miou",) if meta.task == "segmentation" else ())
+  return {k: float(result[k]) for k in keys}
+
+
+def fit_posthoc(config: ml_collections.ConfigDict, predict, variables, mesh, meta: Any
+                ) -> dict[str, Any]:
+  """Fits the temperature and picks the p-norm on the fit split; returns them with context."""
+  logits, labels, masks = [], [], []
+  key = jax.random.key(config.seed)
+  for i, batch in enumerate(eval_batches(config, config.eval.fit_split, mesh)):
+    out = _samples(predict(variables, batch), batch["label"], batch["mask"],
+                   jax.random.fold_in(key, i), config.eval.fit_pixels_per_image)
+    for store, value in zip((logits, labels, masks), out):
+      store.append(_to_host(value))
+  logits, labels, mask = (np.concatenate(x) for x in (logits, labels, masks))
+  logits, labels = logits[mask], labels[mask]
+  temperature = posthoc.fit_temperature(logits, labels)
+  pnorm = posthoc.select_pnorm(logits, labels, ps=tuple(config.eval.pnorm_candidates),
+                               center=config.eval.pnorm_center)
+  nll_before, nll_after = (_numpy_nll(logits / t, labels) for t in (1.0, temperature))
+  return {"split": config.eval.fit_split, "num_samples": int(labels.shape[0]),
+          "temperature": temperature, "pnorm": pnorm, "nll_before": nll_before,
+          "nll_after": nll_after}
+
+
+def _numpy_nll(logits: np.ndarray, labels: np.ndarray) -> float:
+  logits = logits.astype(np.float64)
+  shifted = logits - logits.max(-1, keepdims=True)
+  logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+  return float(-np.mean(np.take_along_axis(logp, labels[:, None], 1)))
+
+
+def _scores(logits: jax.Array, pnorm, center: bool) -> dict[str, jax.Array]:
+  scores = {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
+            "neg_entropy": posthoc.neg_entropy(logits)}
+  scores["max_logit_pnorm"] = (scores["msp"] if pnorm is None
+                               else posthoc.max_logit_pnorm(logits, pnorm, center))
+  return scores
+
+
+def _jsonable(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.ndarray, jax.Array)):
+    x = np.asarray(x)
+    return x.tolist() if x.ndim else x.item()
+  if isinstance(x, (np.floating, np.integer)):
+    return x.item()
+  return x
+
+
+@functools.partial(jax.jit, static_argnames=("num_pixels", "pnorm", "center"))
+def _report_batch(logits, labels, mask, key, temperature, *, num_pixels: int, pnorm,
+                  center: bool) -> dict[str, Any]:
+  """Everything the report needs from one batch, in one compiled program."""
+  flat_logits, flat_labels, flat_mask = _samples(logits, labels, mask, key, num_pixels)
+  return {
+      "scaled_logits": logits / temperature,
+      "scores": _scores(flat_logits, pnorm, center),
+      "correct": jnp.argmax(flat_logits, -1) == flat_labels,
+      "labels": flat_labels,
+      "mask": flat_mask,
+      "probs_pre": jax.nn.softmax(flat_logits),
+      "probs_post": jax.nn.softmax(flat_logits / temperature),
+  }
+
+
+def _stream_report_split(config, split, predict, variables, mesh, meta, temperature, pnorm):
+  """Both accumulators and the sampled per-sample scores of the report split."""
+  risks, coverages = tuple(config.eval.risk_levels), tuple(config.eval.coverage_levels)
+  segmentation = meta.task == "segmentation"
+  pre, post = (metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
+                                             confusion=segmentation) for _ in range(2))
+  samples: dict[str, list[np.ndarray]] = {"correct": [], "probs_pre": [], "probs_post": [],
+                                          "labels": []}
+  key = jax.random.key(config.seed + 1)
+  num_plotted = 0
+  for i, batch in enumerate(eval_batches(config, split, mesh)):
+    logits = predict(variables, batch)
+    out = _report_batch(logits, batch["label"], batch["mask"], jax.random.fold_in(key, i),
+                        jnp.float32(temperature), num_pixels=config.eval.score_pixels_per_image,
+                        pnorm=pnorm, center=bool(config.eval.pnorm_center))
+    pre = pre.update(logits=logits, labels=batch["label"], mask=batch["mask"])
+    post = post.update(logits=out["scaled_logits"], labels=batch["label"], mask=batch["mask"])
+    keep = _to_host(out["mask"])
+    for name, score in out["scores"].items():
+      samples.setdefault(name, []).append(_to_host(score)[keep])
+    samples["correct"].append(_to_host(out["correct"])[keep])
+    if num_plotted < config.eval.max_plot_samples:
+      take = config.eval.max_plot_samples - num_plotted
+      for name in ("probs_pre", "probs_post", "labels"):
+        samples[name].append(_to_host(out[name])[keep][:take])
+      num_plotted += len(samples["labels"][-1])
+  results = {name: acc.result(risks=risks, coverages=coverages)
+             for name, acc in (("pre", pre), ("post", post))}
+  return results, {k: np.concatenate(v) for k, v in samples.items()}
+
+
+def _calibration_table(result: dict[str, Any], segmentation: bool) -> dict[str, float]:
+  keys = CALIBRATION_KEYS + (("miou",) if segmentation else ())
+  table = {k: float(result[k]) for k in keys}
+  table.update({k: float(v) for k, v in result.items()
+                if k.startswith(("coverage_at_", "risk_at_"))})
+  table["num_samples"] = int(result["num_samples"])
+  return table
+
+
+def _selective_tables(samples: dict[str, np.ndarray], config) -> dict[str, dict[str, float]]:
+  risks, coverages = tuple(config.eval.risk_levels), tuple(config.eval.coverage_levels)
+  out = {}
+  for name in ("msp", "max_logit", "neg_entropy", "max_logit_pnorm"):
+    summary = metrics.selective_summary(samples[name], samples["correct"], risks=risks,
+                                        coverages=coverages)
+    table = {k: float(summary[k]) for k in ("aurc", "eaurc", "augrc")}
+    for r, v in zip(risks, np.asarray(summary["coverage_at_risk"])):
+      table[f"coverage_at_{r * 100:g}pct_risk".replace(".", "p")] = float(v)
+    for c, v in zip(coverages, np.asarray(summary["risk_at_coverage"])):
+      table[f"risk_at_{c * 100:g}pct_coverage".replace(".", "p")] = float(v)
+    out[name] = table
+  return out
+
+
+def _context_metrics(config, split, predict, variables, mesh, meta) -> dict[str, float]:
+  """Calibration on context-only images (all objects filled with the mean pixel)."""
+  acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins, confusion=False)
+  entropy_sum, count = 0.0, 0
+  for batch in eval_batches(config, split, mesh, remove_objects=True):
+    logits = predict(variables, batch)
+    acc = acc.update(logits=logits, labels=batch["label"], mask=batch["mask"])
+    mask = _to_host(batch["mask"])
+    entropy_sum += float(np.sum(-_to_host(posthoc.neg_entropy(logits))[mask]))
+    count += int(mask.sum())
+  result = acc.result(risks=(), coverages=())
+  out = {k: float(result[k]) for k in ("accuracy", "average_confidence", "ece", "nll")}
+  out["mean_entropy"] = entropy_sum / max(count, 1)
+  out["uniform_confidence"] = 1.0 / meta.num_classes
+  out["num_samples"] = count
+  return out
+
+
+def _plots(out_dir: str, samples: dict[str, np.ndarray], temperature: float, pnorm,
+           config) -> dict[str, str]:
+  from calib_jax import plotting  # Deferred: matplotlib.
+  reliability = plotting.reliability_diagrams(
+      {"PreT": (samples["probs_pre"], samples["labels"]),
+       f"PosT (T = {temperature:.2f})": (samples["probs_post"], samples["labels"])},
+      os.path.join(out_dir, RELIABILITY_FILE), num_bins=config.eval.num_bins)
+  curves = {name: (samples[name], samples["correct"])
+            for name in ("msp", "max_logit", "neg_entropy")}
+  if pnorm is not None:
+    curves[f"max_logit_pnorm (p = {pnorm:g})"] = (samples["max_logit_pnorm"],
+                                                   samples["correct"])
+  risk_coverage = plotting.risk_coverage_plot(
+      curves, os.path.join(out_dir, RISK_COVERAGE_FILE),
+      risk_levels=tuple(config.eval.risk_levels)[:1])
+  return {"reliability": reliability, "risk_coverage": risk_coverage}
+
+
+def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
+                 step: int | None = None,
+                 devices: list[jax.Device] | None = None) -> dict[str, Any]:
+  """Evaluates a trained run and writes `metrics.json` and plots (see the module docstring).
+
+  Args:
+    config: the config the run was trained with.
+    workdir: the run's work directory (with `checkpoints/`).
+    split: `test` or `val`: the split to report.
+    step: checkpoint step (default: newest).
+    devices: devices of the mesh (default: all).
+
+  Returns:
+    The dict written to `metrics.json`: run identification, `fit` (temperature, p-norm and the
+    fit split's NLL before/after), `pre_temperature` and `post_temperature` (calibration and
+    MSP-selective metrics), `selective` (per confidence score), optional `context`, `files`.
+  """
+  config_validation.validate(config, num_devices=len(devices) if devices else None)
+  from calib_jax.training import loop
+  meta = builders.dataset_meta(config)
+  mesh = parallel.make_mesh(devices)
+  model = builders.build_model(config, meta)
+  variables, ckpt_step = restore_variables(config, workdir, model, mesh,
+                                           loop.example_input(config), step)
+  predict = step_lib.make_predict_fn(model, mesh)
+  fit = fit_posthoc(config, predict, variables, mesh, meta)
+  logging.info("Fitted on %s: T=%.3f, p=%s", fit["split"], fit["temperature"], fit["pnorm"])
+  accumulated, samples = _stream_report_split(config, split, predict, variables, mesh, meta,
+                                              fit["temperature"], fit["pnorm"])
+  segmentation = meta.task == "segmentation"
+  results = {
+      "dataset": config.dataset, "model": config.model, "loss": config.loss,
+      "loss_kwargs": config.loss_kwargs.to_dict(), "split": split, "step": ckpt_step,
+      "fit": fit,
+      "pre_temperature": _calibration_table(accumulated["pre"], segmentation),
+      "post_temperature": _calibration_table(accumulated["post"], segmentation),
+      "reliability": {k: accumulated["pre"][k] for k in
+                      ("reliability_counts", "reliability_confidence", "reliability_accuracy")},
+      "selective": _selective_tables(samples, config),
+      "selective_num_samples": int(samples["correct"].shape[0]),
+  }
+  if config.eval.context_eval:
+    results["context"] = _context_metrics(config, split, predict, variables, mesh, meta)
+  out_dir = eval_dir(workdir, split)
+  if jax.process_index() == 0:
+    os.makedirs(out_dir, exist_ok=True)
+    results["files"] = _plots(out_dir, samples, fit["temperature"], fit["pnorm"], config)
+    results = _jsonable(results)
+    with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
+      json.dump(results, f, indent=2, sort_keys=True)
+  return _jsonable(results)
+
+
+def format_table(results: dict[str, Any]) -> str:
+  """A plain-text summary of `evaluate_run`'s results: PreT/PosT metrics and selective scores."""
+  pre, post = results["pre_temperature"], results["post_temperature"]
+  fit = results["fit"]
+  lines = [f"{results['dataset']} / {results['model']} / {results['loss']} — split "
+           f"{results['split']}, step {results['step']}, {pre['num_samples']} samples",
+           f"temperature T = {fit['temperature']:.3f} and p-norm p = {fit['pnorm']} fitted on "
+           f"{fit['split']} ({fit['num_samples']} samples)",
+           "", f"{'metric':<22}{'PreT':>10}{'PosT':>10}"]
+  for key in CALIBRATION_KEYS + ("miou",):
+    if key in pre:
+      lines.append(f"{key:<22}{pre[key]:>10.4f}{post[key]:>10.4f}")
+  lines += ["", f"{'score':<18}{'AURC':>10}{'E-AURC':>10}{'AUGRC':>10}"]
+  for name, table in results["selective"].items():
+    lines.append(f"{name:<18}{table['aurc']:>10.4f}{table['eaurc']:>10.4f}"
+                 f"{table['augrc']:>10.4f}")
+  if "context" in results:
+    ctx = results["context"]
+    lines += ["", f"context-only images: accuracy {ctx['accuracy']:.4f}, mean confidence "
+                  f"{ctx['average_confidence']:.4f} (uniform {ctx['uniform_confidence']:.4f}), "
+                  f"mean entropy {ctx['mean_entropy']:.4f}"]
+  return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""Every config in configs/ loads with each of its variants and resolves against the registries."""
+import glob
+import importlib.util
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from calib_jax import data
+from calib_jax.training import builders, config as config_lib, config_validation
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))
+# LS-vs-SC configs take a smoothing level instead of a fixed variant list.
+SMOOTHING_VARIANTS = ("ce", "ls0.1", "ls0.3")
+
+
+def _module(path):
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _variants(path):
+  return tuple(getattr(_module(path), "VARIANTS", SMOOTHING_VARIANTS))
+
+
+def test_there_is_a_config_per_paper_setting():
+  names = {os.path.basename(p)[:-3] for p in CONFIG_FILES}
+  expected = {"default", "cifar10_resnet50", "cifar10_resnet101", "tiny_imagenet_resnet50",
+              "tiny_imagenet_resnet101", "cub200_resnet101", "voc2012_deeplabv3_resnet50",
+              "newsgroups20_gpool_cnn", "imagenet_resnet50_acls", "mnist_mlp",
+              "fashion_mnist_mlp", "imagenet_resnet50_ls_sc", "imagenet_vit_s16_sam",
+              "cityscapes_deeplabv3plus_resnet101", "imagenet_boxes_resnet50_als",
+              "imagenet_boxes_resnet101_als"}
+  assert expected <= names
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.basename(p))
+def test_config_builds_for_every_variant(path):
+  module = _module(path)
+  if not path.endswith("default.py"):
+    assert any(word in module.__doc__ for word in ("Table", "Fig")), (
+        f"{path}: the docstring must name the paper table/figure it reproduces")
+  variants = _variants(path)
+  for variant in variants:
+    config = config_lib.load_config_file(f"{path}:{variant}")
+    # 4 devices divide every paper batch size (Cityscapes uses 12); validation resolves the
+    # loss (with its hyper-parameters), dataset and model through their registries.
+    config_validation.validate(config, num_devices=4)
+  with pytest.raises(ValueError, match="variant"):
+    config_lib.load_config_file(f"{path}:no_such_variant")
+
+
+# Configs whose model/dataset pairing carries config-specific contracts: text vocabulary, ViT
+# image size, dense outputs at the crop size, flat MLP input. (The ResNet configs use the zoo's
+# standard classifiers, whose shapes tests/test_models.py checks; tracing them costs seconds.)
+SHAPE_CHECKED = ("default", "mnist_mlp", "newsgroups20_gpool_cnn", "imagenet_vit_s16_sam",
+                 "voc2012_deeplabv3_resnet50")
+
+
+@pytest.mark.parametrize("name", SHAPE_CHECKED)
+def test_model_accepts_dataset_input_and_outputs_its_classes(name):
+  path = os.path.join(CONFIG_DIR, f"{name}.py")
+  config = config_lib.load_config_file(f"{path}:{_variants(path)[0]}")
+  meta = builders.dataset_meta(config)
+  model = builders.build_model(config, meta)
+  dtype = jnp.int32 if meta.task == "text" else jnp.float32
+  x = jax.ShapeDtypeStruct((2, *meta.image_shape), dtype)
+  variables = jax.eval_shape(lambda v: model.init({"params": jax.random.key(0)}, v, train=False),
+                             x)
+  logits = jax.eval_shape(lambda v, xx: model.apply(v, xx, train=False), variables, x)
+  expected = (2, meta.num_classes) if meta.task != "segmentation" else (
+      2, *meta.image_shape[:2], meta.num_classes)
+  assert logits.shape == expected and logits.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.basename(p))
+def test_margin_follows_the_papers(path):
+  """MbLS and ACLS use m = 6 on CIFAR-10 and 20 Newsgroups and m = 10 elsewhere."""
+  for variant in ("mbls", "acls"):
+    if variant not in _variants(path) or path.endswith("default.py"):
+      continue
+    config = config_lib.load_config_file(f"{path}:{variant}")
+    expected = 6.0 if config.dataset in ("cifar10", "newsgroups20") else 10.0
+    assert config.loss == variant
+    assert config.loss_kwargs.margin == expected
+
+
+def test_smoothing_level_variants():
+  path = os.path.join(CONFIG_DIR, "imagenet_resnet50_ls_sc.py")
+  config = config_lib.load_config_file(f"{path}:ls0.2")
+  assert config.loss == "ls" and config.loss_kwargs.epsilon == pytest.approx(0.2)
+  assert config_lib.load_config_file(path).loss == "ce"
+  with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\)"):
+    config_lib.load_config_file(f"{path}:ls1.5")
+
+
+def test_configs_use_registered_names_only():
+  for path in CONFIG_FILES:
+    config = config_lib.load_config_file(f"{path}:{_variants(path)[0]}")
+    assert config.dataset in data.names()

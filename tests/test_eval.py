@@ -1,0 +1,82 @@
+"""The eval program on generated data: segmentation, context-only evaluation, pixel sampling.
+
+(The classification path is checked against numpy re-computations in test_train_cli.py.)"""
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calib_jax import data
+from calib_jax.training import builders, evaluate, loop
+from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+
+
+class TinyFCN(nn.Module):
+  """A two-layer fully convolutional segmenter: logits [B, H, W, C] (the zoo's DeepLabs are
+  too slow to compile in a unit test)."""
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train=False):
+    x = nn.relu(nn.Conv(8, (3, 3))(x))
+    return nn.Conv(self.num_classes, (1, 1), name="head")(x)
+
+
+TINY_CLUTTER = {"tfds_name": "clutter_objects/tiny"}  # 256/64/64 generated images
+
+
+def test_segmentation_eval(tmp_path, monkeypatch):
+  monkeypatch.setattr(builders, "build_model", lambda config, meta: TinyFCN(meta.num_classes))
+  seg = tiny_config(dataset="clutter_objects_seg", num_train_steps=2, batch_size=16,
+                    eval_batch_size=16, data_options=TINY_CLUTTER)
+  seg.eval.score_pixels_per_image = 50
+  seg.eval.fit_pixels_per_image = 20
+  seg.eval.pnorm_candidates = (2,)  # Each candidate p compiles its own scoring program.
+  loop.train_and_evaluate(seg, str(tmp_path / "seg"))
+  results = evaluate.evaluate_run(seg, str(tmp_path / "seg"))
+  assert 0.0 <= results["pre_temperature"]["miou"] <= 1.0
+  # 64 test images: every labelled pixel in the streaming metrics, 50 sampled ones per image
+  # (fewer only where an image has fewer labelled pixels) for the score-based metrics.
+  assert results["pre_temperature"]["num_samples"] > 64 * 50
+  assert 0 < results["selective_num_samples"] <= 64 * 50
+  assert results["fit"]["num_samples"] <= 64 * 20
+
+
+def test_context_only_eval_of_an_als_model(tmp_path):
+  als = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
+                    eval_batch_size=16, data_options=TINY_CLUTTER, loss="als",
+                    train_data_options={"objectness": True, "context_rate": 0.2})
+  als.eval.context_eval = True
+  als.eval.pnorm_candidates = (2,)
+  loop.train_and_evaluate(als, str(tmp_path / "als"))
+  results = evaluate.evaluate_run(als, str(tmp_path / "als"))
+  context = results["context"]
+  assert context["num_samples"] == 64
+  assert context["uniform_confidence"] == pytest.approx(0.1)
+  assert 0.1 <= context["average_confidence"] <= 1.0
+  assert 0.0 <= context["mean_entropy"] <= np.log(10) + 1e-5
+
+
+def test_pixel_sampling_picks_only_labelled_pixels():
+  mask = np.zeros((2, 4, 4), bool)
+  mask[0, :2] = True       # 8 labelled pixels
+  mask[1, 3, 3] = True     # 1 labelled pixel
+  labels = np.arange(32, dtype=np.int32).reshape(2, 4, 4)
+  logits = np.repeat(labels[..., None].astype(np.float32), 3, axis=-1)
+  out_logits, out_labels, out_mask = evaluate._sample_pixels(
+      jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask), jax.random.key(0), 5)
+  out_labels, out_mask = np.asarray(out_labels).reshape(2, 5), np.asarray(out_mask).reshape(2, 5)
+  assert out_mask[0].sum() == 5 and out_mask[1].sum() == 1
+  picked0 = out_labels[0][out_mask[0]]
+  assert len(set(picked0)) == 5 and set(picked0) <= set(labels[0][mask[0]])
+  assert out_labels[1][out_mask[1]].tolist() == [31]
+  np.testing.assert_array_equal(np.asarray(out_logits)[:, 0], np.asarray(out_labels).ravel())
+
+
+def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="No checkpoint"):
+    evaluate.evaluate_run(tiny_config(), str(tmp_path / "empty"))

@@ -1,0 +1,168 @@
+"""train.py then eval.py through their absl `main` functions, in this process; the written
+metrics.json is checked against numpy re-computations from the checkpoint's parameters."""
+import importlib.util
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+import pytest
+from absl import app, flags
+
+from calib_jax import data
+from calib_jax.training import builders, checkpoint, config as config_lib, evaluate
+from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load(name):
+  spec = importlib.util.spec_from_file_location(f"{name}_program", os.path.join(ROOT, f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+train_program = _load("train")
+eval_program = _load("eval")
+
+
+@pytest.fixture
+def parse(monkeypatch):
+  """Parses a command line as `app.run` would (config overrides are read from sys.argv).
+
+  ml_collections defines a flag per `--config.field` override while parsing; they are removed
+  between parses, as each program run starts with a fresh process.
+  """
+
+  def forget_overrides():
+    flags.FLAGS.unparse_flags()
+    for name in [n for n in flags.FLAGS if n.startswith("config.")]:
+      delattr(flags.FLAGS, name)
+
+  def parse_args(*args):
+    argv = ["prog", *args]
+    monkeypatch.setattr(sys, "argv", argv)
+    forget_overrides()
+    flags.FLAGS(argv)
+
+  yield parse_args
+  forget_overrides()
+
+
+def _args(workdir, variant="ce"):
+  # The settings of test_train_loop.tiny_config, so the compiled programs are cache hits.
+  return [f"--config={ROOT}/configs/default.py:{variant}", f"--workdir={workdir}",
+          "--config.dataset=digits", "--config.model_kwargs.widths=(4, 8)",
+          "--config.num_train_steps=24", "--config.batch_size=32", "--config.eval_batch_size=64",
+          "--config.learning_rate=0.1", "--config.warmup_epochs=0.1",
+          "--config.progress_bar=False", "--config.tensorboard=False",
+          "--config.checkpoint_every_steps=8", "--config.log_every_steps=8",
+          "--config.eval_every_steps=12"]
+
+
+def _numpy_ece(probs, labels, num_bins=15):
+  conf, correct = probs.max(-1), probs.argmax(-1) == labels
+  bins = np.clip(np.ceil(conf * num_bins) - 1, 0, num_bins - 1).astype(int)
+  total = 0.0
+  for b in range(num_bins):
+    sel = bins == b
+    if sel.any():
+      total += sel.sum() / len(conf) * abs(correct[sel].mean() - conf[sel].mean())
+  return total
+
+
+def _numpy_aurc(scores, correct):
+  """Tie-aware AURC: tied samples share their group's mean error."""
+  order = np.argsort(-scores, kind="stable")
+  scores, errors = scores[order], (~correct[order]).astype(float)
+  _, starts, counts = np.unique(-scores, return_index=True, return_counts=True)
+  for s, c in zip(starts, counts):
+    errors[s:s + c] = errors[s:s + c].mean()
+  cum = np.cumsum(errors)
+  return np.mean(cum / np.arange(1, len(cum) + 1))
+
+
+def _softmax(z):
+  z = z.astype(np.float64) - z.max(-1, keepdims=True)
+  e = np.exp(z)
+  return e / e.sum(-1, keepdims=True)
+
+
+def _nll(logits, labels):
+  return float(-np.mean(np.log(_softmax(logits)[np.arange(len(labels)), labels])))
+
+
+def _logits_from_checkpoint(config, workdir, split):
+  """Logits of a split from the raw checkpoint arrays and model.apply (no eval-program code)."""
+  meta = builders.dataset_meta(config)
+  model = builders.build_model(config, meta)
+  raw, _ = checkpoint.Checkpointer(workdir, read_only=True).restore(None)
+  variables = {"params": raw["params"], "batch_stats": raw["batch_stats"]}
+  apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
+  logits, labels = [], []
+  for batch in data.make_dataset(config.dataset, split, batch_size=50, train=False):
+    logits.append(np.asarray(apply(variables, batch["image"]))[batch["mask"]])
+    labels.append(batch["label"][batch["mask"]])
+  return np.concatenate(logits), np.concatenate(labels)
+
+
+def test_train_then_eval_commands_and_metrics_against_numpy(tmp_path, capsys, parse):
+  workdir = str(tmp_path / "run")
+  parse(*_args(workdir))
+  train_program.main(["train.py"])
+  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert [r["step"] for r in records if r["split"] == "val"] == [12, 24]
+  assert [r["step"] for r in records if r["split"] == "train"] == [8, 16, 24]
+  assert json.load(open(os.path.join(workdir, "config.json")))["model_kwargs"]["widths"] == [4, 8]
+
+  parse(*_args(workdir), "--split=test")
+  eval_program.main(["eval.py"])
+  assert "PreT" in capsys.readouterr().out
+  out_dir = evaluate.eval_dir(workdir, "test")
+  results = json.load(open(os.path.join(out_dir, evaluate.RESULTS_FILE)))
+  for name in (evaluate.RELIABILITY_FILE, evaluate.RISK_COVERAGE_FILE):
+    with open(os.path.join(out_dir, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+  config = config_lib.load_config_file(f"{ROOT}/configs/default.py:ce")
+  config.update({"dataset": "digits", "model_kwargs": {"widths": (4, 8)}})
+  logits, labels = _logits_from_checkpoint(config, workdir, "test")
+  assert results["step"] == 24 and results["pre_temperature"]["num_samples"] == len(labels) == 300
+  probs = _softmax(logits)
+  correct = probs.argmax(-1) == labels
+  pre = results["pre_temperature"]
+  assert pre["accuracy"] == pytest.approx(correct.mean(), abs=1e-6)
+  assert pre["ece"] == pytest.approx(_numpy_ece(probs, labels), abs=1e-5)
+  assert pre["nll"] == pytest.approx(_nll(logits, labels), rel=1e-4)
+  assert results["selective"]["msp"]["aurc"] == pytest.approx(
+      _numpy_aurc(probs.max(-1), correct), abs=1e-5)
+  assert results["selective"]["max_logit"]["aurc"] == pytest.approx(
+      _numpy_aurc(logits.max(-1), correct), abs=1e-5)
+
+  # PosT uses the temperature fitted on the validation split: it minimises the val NLL ...
+  t = results["fit"]["temperature"]
+  assert 0.05 < t < 20.0, "the fit is interior (not at a search bound) for this check to hold"
+  val_logits, val_labels = _logits_from_checkpoint(config, workdir, "val")
+  assert results["fit"]["num_samples"] == len(val_labels) == 200
+  for other in (0.8 * t, 1.25 * t):
+    assert _nll(val_logits / t, val_labels) <= _nll(val_logits / other, val_labels) + 1e-6
+  # ... and the test metrics after scaling are those of logits / T.
+  assert results["post_temperature"]["ece"] == pytest.approx(
+      _numpy_ece(_softmax(logits / t), labels), abs=1e-5)
+  assert results["post_temperature"]["accuracy"] == pytest.approx(pre["accuracy"], abs=1e-6)
+
+
+def test_bad_config_exits_with_the_reason(tmp_path, parse):
+  parse(*_args(tmp_path / "bad"), "--config.loss=bogus", "--config.learning_rate=-1")
+  with pytest.raises(SystemExit, match=r"learning_rate must be > 0(.|\n)*unknown loss 'bogus'"):
+    train_program.main(["train.py"])
+  parse(f"--config={ROOT}/configs/default.py")
+  with pytest.raises(app.UsageError, match="--workdir is required"):
+    eval_program.main(["eval.py"])
+
+
+def test_unknown_variant_is_rejected_when_the_config_loads(parse):
+  with pytest.raises(flags.IllegalFlagValueError, match="no_such_loss"):
+    parse(f"--config={ROOT}/configs/default.py:no_such_loss")

@@ -152,7 +152,8 @@ def test_fill_boxes_fills_others_and_keeps_the_kept_object():
   np.testing.assert_array_equal(out[filled], np.broadcast_to(fill, (filled.sum(), 3)))
   np.testing.assert_array_equal(out[~filled], image[~filled])
   everything = B.fill_boxes(tf.constant(image), tf.constant(boxes), fill).numpy()
-  np.testing.assert_array_equal(everything[first | kept], np.broadcast_to(fill, ((first | kept).sum(), 3)))
+  both = first | kept
+  np.testing.assert_array_equal(everything[both], np.broadcast_to(fill, (both.sum(), 3)))
 
 
 def test_decode_inception_crop_matches_decoding_then_cropping():

@@ -1,7 +1,6 @@
 """Local tfds builders (offline data and manual-dir datasets) built from tiny fixtures."""
 import gzip
 import io
-import os
 import struct
 import tarfile
 
@@ -266,7 +265,8 @@ def _voc_fixture(root):
   ids = ["2007_000001", "2007_000002", "2007_000003"]
   for i, image_id in enumerate(ids):
     h, w = 20 + i, 30
-    Image.fromarray(np.full((h, w, 3), 60 * i, np.uint8)).save(voc / "JPEGImages" / f"{image_id}.jpg")
+    image = Image.fromarray(np.full((h, w, 3), 60 * i, np.uint8))
+    image.save(voc / "JPEGImages" / f"{image_id}.jpg")
     mask = np.zeros((h, w), np.uint8)
     mask[2:10, 3:12] = 15  # person
     mask[2:10, 12] = 255  # border

@@ -2,8 +2,9 @@
 
 Not a paper row: it is what `make demo` runs, on CPU, in a few minutes, and the template every
 experiment config starts from (`calib_jax.training.config.base_config` lists every field).
-Images are 32x32 clutter scenes with one labelled object (10 classes) and its box, so the
-objectness-based losses run here too.
+Images are 32x32 clutter scenes showing a digit (10 classes) 5 to 28 pixels tall, with its box,
+so the objectness-based losses run here too (objectness is then the digit's share of the whole
+image: training uses whole images, not random-resized crops, to learn fast on a CPU).
 
     python train.py --config=configs/default.py --workdir=workdirs/default
     python train.py --config=configs/default.py:mbls --workdir=workdirs/default_mbls
@@ -28,16 +29,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model = "small_cnn"
   config.model_kwargs.widths = (32, 64, 128)
   config.batch_size = 128
-  config.eval_batch_size = 256
-  config.num_epochs = 6
-  config.optimizer = "sgd"
-  config.learning_rate = 0.05
-  config.momentum = 0.9
-  config.weight_decay = 5e-4
+  config.eval_batch_size = 200
+  config.num_epochs = 5
+  # Adam on whole images learns this dataset several times faster than SGD on random-resized
+  # crops (about 50% vs 19% train accuracy after 400 steps), which a CPU demo needs.
+  config.train_data_options.crop = "none"
+  config.optimizer = "adam"
+  config.learning_rate = 3e-3
+  config.weight_decay = 0.0
   config.schedule = "cosine"
-  config.warmup_epochs = 0.5
+  config.warmup_epochs = 0.25
   config.log_every_steps = 20
-  config.checkpoint_every_steps = 200
+  config.checkpoint_every_steps = 100
   config.keep_checkpoints = 2
   if variant.startswith("als"):
     config.loss = "als"

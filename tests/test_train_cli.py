@@ -56,7 +56,8 @@ def _args(workdir, variant="ce"):
   return [f"--config={ROOT}/configs/default.py:{variant}", f"--workdir={workdir}",
           "--config.dataset=digits", "--config.model_kwargs.widths=(4, 8)",
           "--config.num_train_steps=24", "--config.batch_size=32", "--config.eval_batch_size=64",
-          "--config.learning_rate=0.1", "--config.warmup_epochs=0.1",
+          "--config.optimizer=sgd", "--config.learning_rate=0.1", "--config.weight_decay=5e-4",
+          "--config.warmup_epochs=0.1",
           "--config.progress_bar=False", "--config.tensorboard=False",
           "--config.checkpoint_every_steps=8", "--config.log_every_steps=8",
           "--config.eval_every_steps=12"]

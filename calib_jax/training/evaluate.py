@@ -116,11 +116,18 @@ def restore_variables(config: ml_collections.ConfigDict, workdir: str, model,
   return state.variables(), int(meta["step"])
 
 
-def validation_metrics(config: ml_collections.ConfigDict, state, model, mesh: jax.sharding.Mesh,
-                       meta: Any, split: str = "val") -> dict[str, float]:
-  """Accuracy, NLL, ECE, AECE, Brier and AURC (and mIoU) of the current state on `split`."""
-  predict = step_lib.make_predict_fn(model, mesh)
-  variables = state.variables()
+def validation_metrics(config: ml_collections.ConfigDict, variables: dict[str, Any], predict,
+                       mesh: jax.sharding.Mesh, meta: Any, split: str = "val") -> dict[str, float]:
+  """Accuracy, NLL, ECE, AECE, Brier and AURC (and mIoU) of `variables` on `split`.
+
+  Args:
+    config: the run's config.
+    variables: model variables.
+    predict: `step.make_predict_fn(model, mesh)` (built once per run: it compiles).
+    mesh: the device mesh.
+    meta: the dataset's metadata.
+    split: which split.
+  """
   acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
                                       confusion=meta.task == "segmentation")
   for batch in eval_batches(config, split, mesh):

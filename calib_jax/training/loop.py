@@ -119,6 +119,36 @@ def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
   return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
 
 
+def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
+  """The training batches from data position `start_step` on (this process's share)."""
+  from calib_jax import data
+  options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
+  stream = iter(data.make_dataset(
+      config.dataset, "train", batch_size=parallel.local_batch_size(config.batch_size),
+      train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
+      process_index=jax.process_index(), process_count=jax.process_count(), **options))
+  if config.crl_weight > 0:
+    first = next(stream)
+    if "index" not in first:
+      raise config_validation.ConfigError(
+          f"CRL (crl_weight > 0) needs each example's position in the training set, but the "
+          f"{config.dataset!r} pipeline yields no 'index' (keys: {sorted(first)})")
+    stream = itertools.chain([first], stream)
+  return stream
+
+
+def _non_finite_error(metrics: dict[str, np.ndarray], step: int,
+                      checkpointer: checkpoint_lib.Checkpointer) -> "NonFiniteLossError":
+  checkpointer.wait()
+  last = checkpointer.latest_step()
+  where = (f"the last good checkpoint is step {last} in {checkpointer.directory}"
+           if last is not None else "no checkpoint was saved before it")
+  return NonFiniteLossError(
+      f"Non-finite training loss ({float(metrics['loss'])}) or gradient norm "
+      f"({float(metrics['grad_norm'])}) at step {step}; training stopped and {where}. "
+      "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.")
+
+
 def _eval_interval(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
   if config.eval_every_steps == -1:
     return steps_per_epoch
@@ -143,7 +173,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """
   parallel.maybe_initialize_distributed(config.multihost)
   config_validation.validate(config, num_devices=len(devices) if devices else None)
-  from calib_jax import data  # Deferred: imports TensorFlow.
 
   meta = builders.dataset_meta(config)
   example = example_input(config)
@@ -177,20 +206,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       step_lib.make_train_step(model, loss_fn, tx, schedule, sam_rho=config.sam_rho,
                                crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
       mesh)
-  train_options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
-  train_iter = iter(data.make_dataset(
-      config.dataset, "train", batch_size=parallel.local_batch_size(config.batch_size),
-      train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
-      process_index=jax.process_index(), process_count=jax.process_count(), **train_options))
-  if config.crl_weight > 0:
-    first = next(train_iter)
-    if "index" not in first:
-      raise config_validation.ConfigError(
-          f"CRL (crl_weight > 0) needs each example's position in the training set, but the "
-          f"{config.dataset!r} pipeline yields no 'index' (keys: {sorted(first)})")
-    train_iter = itertools.chain([first], train_iter)
-
+  train_iter = open_train_stream(config, start_step)
   from calib_jax.training import evaluate  # Deferred: evaluate imports plotting.
+  predict = step_lib.make_predict_fn(model, mesh)
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
   eval_every = _eval_interval(config, steps_per_epoch)
@@ -209,14 +227,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       metrics = jax.device_get(metrics)
       done = step + 1
       if not metrics["finite"]:
-        checkpointer.wait()
-        last = checkpointer.latest_step()
-        where = (f"the last good checkpoint is step {last} in {checkpointer.directory}"
-                 if last is not None else "no checkpoint was saved before it")
-        raise NonFiniteLossError(
-            f"Non-finite training loss ({float(metrics['loss'])}) or gradient norm "
-            f"({float(metrics['grad_norm'])}) at step {done}; training stopped and {where}. "
-            "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.")
+        raise _non_finite_error(metrics, done, checkpointer)
       history.append(metrics)
       if done % config.log_every_steps == 0 or done == stop_at:
         now = time.monotonic()
@@ -231,7 +242,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                               f"lr {float(metrics['learning_rate']):.3g}",
                         force=done == stop_at)
       if eval_every > 0 and (done % eval_every == 0 or done == total_steps):
-        val = evaluate.validation_metrics(config, state, model, mesh, meta)
+        val = evaluate.validation_metrics(config, state.variables(), predict, mesh, meta)
         writer.write(done, "val", val)
         logging.info("step %d val %s", done,
                      " ".join(f"{k}={v:.4f}" for k, v in val.items()))

@@ -39,10 +39,15 @@ class ProgressBar:
   """
 
   def __init__(self, total_steps: int, start_step: int = 0, *, width: int = 30,
-               stream: TextIO | None = None, min_interval_s: float = 0.5):
+               stream: TextIO | None = None, min_interval_s: float | None = None):
+    """Args: total_steps, start_step (of a resumed run), width (characters of the bar),
+    stream (default stderr), min_interval_s between redraws (default 0.5 s on a terminal,
+    30 s when the stream is a file or pipe, where every redraw is a new line)."""
     self.total_steps = total_steps
     self._width = width
     self._stream = stream or sys.stderr
+    if min_interval_s is None:
+      min_interval_s = 0.5 if self._stream.isatty() else 30.0
     self._min_interval_s = min_interval_s
     self._first_step = None
     self._first_time = None

@@ -123,6 +123,8 @@ def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
   """The training batches from data position `start_step` on (this process's share)."""
   from calib_jax import data
   options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
+  if config.crl_weight > 0:
+    options[builders.INDEX_OPTION] = True
   stream = iter(data.make_dataset(
       config.dataset, "train", batch_size=parallel.local_batch_size(config.batch_size),
       train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,

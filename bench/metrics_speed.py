@@ -138,7 +138,7 @@ def _torch_fns(p_np, y_np, c):
 # ------------------------------------------------------------------ calib_jax
 def _jax_fns(p, y):
   def aurc_of_msp(p, y):
-    return metrics.aurc(jnp.max(p, -1), jnp.argmax(p, -1) == y)
+    return metrics.aurc(*metrics.confidence_and_correct(p, y))
 
   def all_four(p, y):
     return (metrics.ece(p, y), metrics.aece(p, y), metrics.classwise_ece(p, y),
@@ -155,6 +155,12 @@ def _jax_fns(p, y):
       "calib_jax all-4 (one jit)": lambda: all_fn(p, y),
       "calib_jax streaming update (all metrics)": lambda: stream(p, y),
   }
+
+
+def _skip_note(seconds: float, n: float) -> str:
+  if np.isnan(seconds):
+    return "skipped: --skip"
+  return f"skipped: took {seconds:.0f} s at N={n:.0e}"
 
 
 def _machine() -> str:
@@ -181,6 +187,11 @@ def main():
   parser.add_argument("--torch-max-gb", type=float, default=1.2)
   parser.add_argument("--numpy-max-gb", type=float, default=1.2,
                       help="numpy's classwise ECE makes int32 copies of the whole array")
+  parser.add_argument("--baseline-cap-s", type=float, default=60.0,
+                      help="skip a baseline at larger N once it took longer than this")
+  parser.add_argument("--skip", default="",
+                      help="comma-separated baselines to leave out, e.g. 'torch-uncertainty "
+                           "classwise'")
   parser.add_argument("--no-torch", action="store_true")
   parser.add_argument("--no-numpy", action="store_true")
   parser.add_argument("--quick", action="store_true", help="N=1e4,1e5; C=10,100; 1 repeat")
@@ -190,6 +201,9 @@ def main():
   sizes = [int(float(s)) for s in args.sizes.split(",")]
   classes = [int(c) for c in args.classes.split(",")]
   print(f"machine: {_machine()}")
+  too_slow = {}  # baseline name -> (seconds, N) of the run that exceeded --baseline-cap-s
+  for name in filter(None, (x.strip() for x in args.skip.split(","))):
+    too_slow[name] = (float("nan"), float("nan"))
   print("| C | N | GB | " + "method | seconds | note |")
   print("|---|---|---|---|---|---|")
   for c in classes:
@@ -210,11 +224,22 @@ def main():
       if not args.no_numpy and gb <= args.numpy_max_gb:
         for name, fn in (("ece", np_ece), ("aece", np_aece), ("classwise", np_classwise),
                          ("aurc", np_aurc)):
+          label = f"numpy {name}"
+          if label in too_slow:
+            rows.append((label, float("nan"), _skip_note(*too_slow[label])))
+            continue
           t = _time(lambda fn=fn: fn(p_np, y_np), args.repeats, compiled=False)
-          rows.append((f"numpy {name}", t, f"calib_jax {t / jax_times[name]:.1f}x faster"))
+          if t > args.baseline_cap_s:
+            too_slow[label] = (t, n)
+          rows.append((label, t, f"calib_jax {t / jax_times[name]:.1f}x faster"))
       if not args.no_torch and gb <= args.torch_max_gb:
         for name, fn in _torch_fns(p_np, y_np, c).items():
+          if name in too_slow:
+            rows.append((name, float("nan"), _skip_note(*too_slow[name])))
+            continue
           t = _time(fn, args.repeats, compiled=False)
+          if t > args.baseline_cap_s:
+            too_slow[name] = (t, n)
           metric = name.rsplit(" ", 1)[1]
           rows.append((name, t, f"calib_jax {t / jax_times[metric]:.1f}x faster"))
       elif not args.no_torch:

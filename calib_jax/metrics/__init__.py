@@ -10,6 +10,7 @@ from calib_jax.metrics.calibration import average_confidence
 from calib_jax.metrics.calibration import bin_index
 from calib_jax.metrics.calibration import brier
 from calib_jax.metrics.calibration import classwise_ece
+from calib_jax.metrics.calibration import confidence_and_correct
 from calib_jax.metrics.calibration import ece
 from calib_jax.metrics.calibration import mce
 from calib_jax.metrics.calibration import nll
@@ -32,7 +33,8 @@ from calib_jax.metrics.selective import selective_summary
 from calib_jax.metrics.streaming import StreamingMetrics
 
 __all__ = [
-    "accuracy", "aece", "average_confidence", "bin_index", "brier", "classwise_ece", "ece",
+    "accuracy", "aece", "average_confidence", "bin_index", "brier", "classwise_ece",
+    "confidence_and_correct", "ece",
     "mce", "nll", "overconfidence", "reliability_bins", "ReliabilityBins", "underconfidence",
     "confusion_matrix", "iou_from_confusion", "miou", "subsample_pixels", "valid_mask",
     "aurc", "augrc", "coverage_at_risk", "eaurc", "risk_at_coverage", "risk_coverage_curve",

@@ -114,6 +114,22 @@ def test_epochs_are_reshuffled_permutations_of_the_split(data_dir):
   assert sorted(eval_keys) == sorted(epoch0)
 
 
+def test_return_index_gives_each_examples_position_in_the_split(data_dir):
+  batches = _take(_digits(data_dir, max_examples=64, seed=0, return_index=True), 4)  # one epoch
+  index = np.concatenate([b["index"] for b in batches])
+  assert sorted(index.tolist()) == list(range(64))
+  eval_batches = list(_digits(data_dir, max_examples=64, train=False, return_index=True))
+  by_index = {int(i): x.tobytes() for b in eval_batches for i, x in zip(b["index"], b["image"])}
+  # Digits are not augmented: a training example is the eval example at the same index.
+  for b in batches:
+    for i, x in zip(b["index"], b["image"]):
+      assert by_index[int(i)] == x.tobytes()
+  hosts = [np.concatenate([b["index"][b["mask"]] for b in _digits(
+      data_dir, max_examples=37, train=False, batch_size=8, return_index=True,
+      process_index=h, process_count=2)]) for h in range(2)]
+  assert sorted(np.concatenate(hosts).tolist()) == list(range(37))
+
+
 def test_resume_is_exact_with_augmentation(data_dir):
   kw = dict(batch_size=24, train=True, seed=5, data_dir=data_dir, max_examples=100,
             tfds_name="clutter_objects/tiny", objectness=True, context_rate=0.3,

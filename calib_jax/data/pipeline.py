@@ -62,6 +62,8 @@ class PipelineOptions:
     tfds_name: read another tfds dataset/config with this dataset's recipe
       (e.g. 'clutter_objects/tiny').
     prefetch: batches prefetched by tf.data.
+    return_index: add 'index' int64 [B]: each example's position in the split (before host
+      sharding), e.g. to key a per-example history such as CRL's; 0 on eval padding.
   """
   objectness: bool = False
   context_rate: float = 0.0
@@ -80,6 +82,7 @@ class PipelineOptions:
   manual_dir: str | None = None
   tfds_name: str | None = None
   prefetch: int = 2
+  return_index: bool = False
 
   @classmethod
   def create(cls, meta: registry.DatasetMeta, options: dict[str, Any]) -> "PipelineOptions":
@@ -506,6 +509,11 @@ def _tf_options() -> tf.data.Options:
   return options
 
 
+def _with_index(example: dict[str, tf.Tensor], index: tf.Tensor, opts: PipelineOptions
+                ) -> dict[str, tf.Tensor]:
+  return {**example, "index": index} if opts.return_index else example
+
+
 def _train_stream(examples, processor, *, num_examples, batch_size, seed, start_batch,
                   process_count, opts, name) -> tf.data.Dataset:
   per_host = num_examples // process_count
@@ -522,7 +530,7 @@ def _train_stream(examples, processor, *, num_examples, batch_size, seed, start_
     return shuffled.take(per_epoch).map(lambda index, ex: (e, index, ex))
 
   def process(e, index, ex):
-    return processor(ex, tf.stack([_epoch_seed(seed, e), index]))
+    return _with_index(processor(ex, tf.stack([_epoch_seed(seed, e), index])), index, opts)
 
   ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
   ds = ds.skip(offset * batch_size)
@@ -533,7 +541,7 @@ def _train_stream(examples, processor, *, num_examples, batch_size, seed, start_
 
 def _eval_stream(examples, processor, *, batch_size, opts) -> tf.data.Dataset:
   def process(index, ex):
-    return processor(ex, tf.stack([tf.constant(0, tf.int64), index]))
+    return _with_index(processor(ex, tf.stack([tf.constant(0, tf.int64), index])), index, opts)
 
   ds = examples.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = _batch(ds, batch_size, drop_remainder=False)

@@ -39,14 +39,3 @@ def build_loss(config: ml_collections.ConfigDict):
   """The config's loss function (`calib_jax.losses.get(loss, **loss_kwargs)`)."""
   from calib_jax import losses
   return losses.get(config.loss, **config.loss_kwargs.to_dict())
-
-
-INDEX_OPTION = "return_index"
-
-
-def pipeline_yields_index() -> bool:
-  """Whether `calib_jax.data.make_dataset` can add each example's training-set position
-  (`batch['index']`, option `return_index`), which CRL's correctness history is keyed by."""
-  import dataclasses
-  from calib_jax import data
-  return INDEX_OPTION in {f.name for f in dataclasses.fields(data.PipelineOptions)}

@@ -154,10 +154,6 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     if config.crl_weight > 0 and meta.task != "classification":
       problems.append(f"CRL (crl_weight > 0) is for classification; dataset {config.dataset!r} "
                       f"is a {meta.task} task")
-    if config.crl_weight > 0 and not builders.pipeline_yields_index():
-      problems.append("CRL (crl_weight > 0) keys its correctness history by each example's "
-                      "position in the training set, which calib_jax.data.make_dataset does "
-                      f"not provide (no {builders.INDEX_OPTION!r} option)")
     if config.eval.context_eval and not meta.has_boxes:
       problems.append(f"eval.context_eval needs boxes to remove objects; dataset "
                       f"{config.dataset!r} has none")

@@ -6,7 +6,6 @@ BatchNorm statistics, step, RNG and data position), trains to the configured len
 periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
 stops the run with `NonFiniteLossError` before the bad state can be checkpointed.
 """
-import itertools
 import math
 import time
 from typing import Any
@@ -124,19 +123,11 @@ def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
   from calib_jax import data
   options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
   if config.crl_weight > 0:
-    options[builders.INDEX_OPTION] = True
-  stream = iter(data.make_dataset(
+    options["return_index"] = True  # CRL keys its correctness history by example position
+  return iter(data.make_dataset(
       config.dataset, "train", batch_size=parallel.local_batch_size(config.batch_size),
       train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
       process_index=jax.process_index(), process_count=jax.process_count(), **options))
-  if config.crl_weight > 0:
-    first = next(stream)
-    if "index" not in first:
-      raise config_validation.ConfigError(
-          f"CRL (crl_weight > 0) needs each example's position in the training set, but the "
-          f"{config.dataset!r} pipeline yields no 'index' (keys: {sorted(first)})")
-    stream = itertools.chain([first], stream)
-  return stream
 
 
 def _non_finite_error(metrics: dict[str, np.ndarray], step: int,

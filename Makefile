@@ -21,3 +21,11 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on).
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/loss_overhead.py
+	$(PY) bench/metrics_speed.py
+	$(PY) bench/train_step.py
+	$(PY) bench/input_pipeline.py

@@ -13,33 +13,19 @@ CP beta=0.1, FL gamma=3, LR alpha=0.1) are starting points; override with
 
 Variants (`:arg`): ce, ls, ecp (CP), focal, lr (default).
 """
+import os
+
 import ml_collections
 
-from calib_jax.training.config import base_config, select_variant
+from calib_jax.training.config import load_config_module
 
-VARIANTS = ("ce", "ls", "ecp", "focal", "lr")
-_LOSS_KWARGS = {"ce": {}, "ls": {"epsilon": 0.1}, "ecp": {"beta": 0.1}, "focal": {"gamma": 3.0},
-                "lr": {"alpha": 0.1}}
+_BASE = load_config_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "mnist_mlp.py"))
+VARIANTS = _BASE.VARIANTS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """The paper recipe; `arg` picks the loss row."""
-  variant = select_variant(arg, VARIANTS, "lr")
-  config = base_config()
+  """The MNIST recipe of `mnist_mlp.py` on Fashion-MNIST for 50 epochs; `arg` picks the loss."""
+  config = _BASE.get_config(arg)
   config.dataset = "fashion_mnist"
-  config.model = "mlp"
-  config.model_kwargs.hidden = (1024, 1024)
-  config.batch_size = 64
-  config.eval_batch_size = 500
   config.num_epochs = 50
-  config.optimizer = "sgd"
-  config.learning_rate = 0.05
-  config.momentum = 0.9
-  config.nesterov = True
-  config.weight_decay = 0.0
-  config.schedule = "constant"
-  config.log_every_steps = 200
-  config.checkpoint_every_steps = 5000
-  config.loss = variant
-  config.loss_kwargs = ml_collections.ConfigDict(_LOSS_KWARGS[variant])
   return config

@@ -13,45 +13,19 @@ ImageNet validation set, and context-only images (`eval.context_eval`) for the A
 
 Variants (`:arg`): ce ("Hard Label"), als (default).
 """
+import os
+
 import ml_collections
 
-from calib_jax.training.config import base_config, select_variant
+from calib_jax.training.config import load_config_module, select_variant
 
+_BASE = load_config_module(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "imagenet_boxes_resnet50_als.py"))
 VARIANTS = ("ce", "als")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """The paper recipe; `arg` picks the table row."""
-  variant = select_variant(arg, VARIANTS, "als")
-  config = base_config()
-  config.dataset = "imagenet2012_boxes"
+  """The recipe of `imagenet_boxes_resnet50_als.py` with ResNet-101; `arg` picks the loss."""
+  config = _BASE.get_config(select_variant(arg, VARIANTS, "als"))
   config.model = "resnet101"
-  config.model_kwargs.stem = "imagenet"
-  config.data_options.mask_variant = True
-  config.batch_size = 256
-  config.eval_batch_size = 512
-  config.num_epochs = 300
-  config.optimizer = "sgd"
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 1e-4
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (75, 150, 225)
-  config.lr_decay_factor = 0.1
-  config.log_every_steps = 200
-  config.eval_every_steps = 5000
-  config.checkpoint_every_steps = 5000
-  config.eval.context_eval = True
-  if variant == "ce":
-    config.loss = "ce"
-  elif variant == "ls":
-    config.loss = "ls"
-    config.loss_kwargs = ml_collections.ConfigDict({"epsilon": 0.1})
-  else:
-    beta = float(variant[len("als_b"):]) if variant.startswith("als_b") else 1.0
-    config.loss = "als"
-    config.loss_kwargs = ml_collections.ConfigDict({"beta": beta})
-    config.train_data_options.objectness = True
-    if variant == "als_context":
-      config.train_data_options.context_rate = 0.15
   return config

@@ -12,31 +12,18 @@ set; here the dataset's own val/test splits are used (see `calib_jax.data.info`)
 
 Variants (`:arg`): ce, ls, focal, flsd, ecp, mbls (default), mbls_m0, acls, crl, mdca, cpc, mmce.
 """
+import os
+
 import ml_collections
 
-from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+from calib_jax.training.config import load_config_module
 
-VARIANTS = ("ce", "ls", "focal", "flsd", "ecp", "mbls", "mbls_m0", "acls", "crl", "mdca", "cpc",
-            "mmce")
+_BASE = load_config_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_imagenet_resnet50.py"))
+VARIANTS = _BASE.VARIANTS
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """The paper recipe; `arg` picks the loss column."""
-  variant = select_variant(arg, VARIANTS, "mbls")
-  config = base_config()
-  config.dataset = "tiny_imagenet"
+  """The ResNet-50 recipe of `tiny_imagenet_resnet50.py` with ResNet-101; `arg` picks the loss."""
+  config = _BASE.get_config(arg)
   config.model = "resnet101"
-  config.model_kwargs.stem = "cifar"
-  config.batch_size = 64
-  config.eval_batch_size = 256
-  config.num_epochs = 100
-  config.optimizer = "sgd"
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 5e-4
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (40, 60)
-  config.lr_decay_factor = 0.1
-  config.log_every_steps = 100
-  config.checkpoint_every_steps = 2000
-  return apply_loss_variant(config, variant, margin=10.0)
+  return config

@@ -164,20 +164,26 @@ def apply_smoothing_level(config: ml_collections.ConfigDict,
   return config
 
 
-def load_config_file(spec: str) -> ml_collections.ConfigDict:
-  """Loads `path/to/config.py[:arg]` the way `--config=` does: `get_config(arg)` of the file.
-
-  Args:
-    spec: a config file path, optionally followed by `:arg` (the variant).
-  """
+def load_config_module(path: str):
+  """Imports a config file as a module (e.g. to derive one recipe from another)."""
   import importlib.util
   import os
 
-  path, _, arg = spec.partition(":")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"config file {path!r} does not exist")
   module_spec = importlib.util.spec_from_file_location(
       f"_calib_jax_config_{abs(hash(os.path.abspath(path)))}", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  return module
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+  """Loads `path/to/config.py[:arg]` the way `--config=` does: `get_config(arg)` of the file.
+
+  Args:
+    spec: a config file path, optionally followed by `:arg` (the variant).
+  """
+  path, _, arg = spec.partition(":")
+  module = load_config_module(path)
   return module.get_config(arg) if arg else module.get_config()

@@ -6,8 +6,7 @@ flip (the papers add brightness/contrast jitter); ImageNet-pretrained encoder, d
 scratch; SGD, momentum 0.9, weight decay 5e-4, batch 8, 100 epochs, learning rate 0.01 divided
 by 10 at epochs 40 and 80. Metrics on the validation set (the test labels are not public), so
 `val` and `test` are the same split here and temperature scaling is fitted on it. Margin
-m = 10 (Tiny-ImageNet's; no tuning on VOC). MbLS's ResNet-34 rows need a DeepLabV3-ResNet-34,
-which the model zoo does not register.
+m = 10 (Tiny-ImageNet's; no tuning on VOC). The ResNet-34 rows: `voc2012_deeplabv3_resnet34.py`.
 
     python train.py --config=configs/voc2012_deeplabv3_resnet50.py:mbls --workdir=workdirs/voc_mbls \
         --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack

@@ -31,6 +31,7 @@ def test_there_is_a_config_per_paper_setting():
   names = {os.path.basename(p)[:-3] for p in CONFIG_FILES}
   expected = {"default", "cifar10_resnet50", "cifar10_resnet101", "tiny_imagenet_resnet50",
               "tiny_imagenet_resnet101", "cub200_resnet101", "voc2012_deeplabv3_resnet50",
+              "voc2012_deeplabv3_resnet34",
               "newsgroups20_gpool_cnn", "imagenet_resnet50_acls", "mnist_mlp",
               "fashion_mnist_mlp", "imagenet_resnet50_ls_sc", "imagenet_vit_s16_sam",
               "cityscapes_deeplabv3plus_resnet101", "imagenet_boxes_resnet50_als",

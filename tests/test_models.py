@@ -51,7 +51,8 @@ def test_names_cover_the_models_of_the_papers():
   expected = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "cifar_resnet20",
               "cifar_resnet32", "cifar_resnet44", "cifar_resnet56", "cifar_resnet110",
               "cifar_resnet56_v2", "vit_ti16", "vit_s16", "vit_b16", "vit_ti4", "vit_s4",
-              "vit_b4", "deeplabv3_resnet50", "deeplabv3_resnet101", "deeplabv3plus_resnet50",
+              "vit_b4", "deeplabv3_resnet34", "deeplabv3_resnet50", "deeplabv3_resnet101",
+              "deeplabv3plus_resnet34", "deeplabv3plus_resnet50",
               "deeplabv3plus_resnet101", "mlp", "densenet_bc100_12", "vgg16", "gpool_cnn",
               "small_cnn"}
   assert set(models.names()) == expected
@@ -247,6 +248,7 @@ def conv_dilations(fn, *args):
 
 
 @pytest.mark.parametrize("name,output_stride,dilations", [
+    ("deeplabv3_resnet34", 8, {1, 2, 4, 12, 24, 36}),
     ("deeplabv3_resnet50", 8, {1, 2, 4, 12, 24, 36}),
     ("deeplabv3_resnet50", 16, {1, 2, 6, 12, 18}),
     ("deeplabv3plus_resnet50", 16, {1, 2, 6, 12, 18}),
@@ -258,7 +260,8 @@ def test_deeplab_output_stride_and_atrous_rates(name, output_stride, dilations):
       lambda v, x: model.apply(v, x, train=False, mutable=["intermediates"]), variables, x)
   assert logits.shape == (1, 64, 96, 21) and logits.dtype == jnp.float32
   (features,) = state["intermediates"]["features"]
-  assert features.shape == (1, 64 // output_stride, 96 // output_stride, 2048)
+  channels = 512 if "resnet34" in name else 2048  # basic vs bottleneck blocks
+  assert features.shape == (1, 64 // output_stride, 96 // output_stride, channels)
   if "plus" in name:
     (low_level,) = state["intermediates"]["low_level"]
     assert low_level.shape == (1, 16, 24, 256)

@@ -91,7 +91,7 @@ def _registry() -> dict[str, Callable[..., nn.Module]]:
       reg[f"vit_{variant}{patch}"] = _with_defaults(
           _module_builder(vit.ViT, patch_size=patch, hidden_size=hidden, depth=depth,
                           num_heads=heads, mlp_dim=mlp_dim), image_size=image_size)
-  for depth in (50, 101):
+  for depth in (34, 50, 101):  # ResNet-34: MbLS Table 5
     reg[f"deeplabv3_resnet{depth}"] = _module_builder(deeplab.DeepLab, depth=depth, plus=False)
     reg[f"deeplabv3plus_resnet{depth}"] = _with_defaults(
         _module_builder(deeplab.DeepLab, depth=depth, plus=True), output_stride=16)

@@ -81,7 +81,7 @@ class DeepLab(nn.Module):
 
   Attributes:
     num_classes: classes per pixel (21 for VOC 2012, 19 for Cityscapes).
-    depth: backbone ResNet depth (50 or 101; 18/34 also work but are not registered).
+    depth: backbone ResNet depth (34, 50 or 101 are registered; 18 also works).
     plus: add the V3+ decoder.
     output_stride: 8 or 16 (backbone feature stride; picks the dilations and ASPP rates).
     aspp_features: filters of the ASPP / decoder convolutions.

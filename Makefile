@@ -25,6 +25,7 @@ clean:
 # Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on).
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/crosscheck_torch.py
 	$(PY) bench/loss_overhead.py
 	$(PY) bench/metrics_speed.py
 	$(PY) bench/train_step.py

@@ -1,0 +1,52 @@
+"""Cross-check of ECE and AECE against torchmetrics and torch-uncertainty (the `bench` extra).
+
+    .venv/bin/python bench/crosscheck_torch.py
+
+Conventions agree away from bin edges (torchmetrics' bins are [lo, hi), calib_jax's (lo, hi]), so
+the random probabilities avoid exact edges. Prints both values and exits non-zero on a mismatch.
+It lives here rather than in the test suite because torch is not a dependency of `make test`.
+"""
+import sys
+
+import numpy as np
+import torch
+import torch_uncertainty.metrics as tu
+from torchmetrics.functional.classification import multiclass_calibration_error
+
+from calib_jax import metrics
+
+TOLERANCE = 1e-6
+
+
+def random_predictions(n=2000, c=10, seed=0):
+  rng = np.random.default_rng(seed)
+  z = rng.normal(size=(n, c)) * 2.5
+  probs = (np.exp(z) / np.exp(z).sum(1, keepdims=True)).astype(np.float32)
+  labels = np.where(rng.random(n) < 0.6, probs.argmax(1), rng.integers(0, c, n))
+  conf_bins = probs.max(1) * 15
+  assert np.all(np.abs(conf_bins - np.round(conf_bins)) > 1e-6)  # no sample on a bin edge
+  return probs, labels
+
+
+def main() -> int:
+  probs, labels = random_predictions()
+  ours_ece = float(metrics.ece(probs, labels))
+  theirs_ece = float(multiclass_calibration_error(
+      torch.from_numpy(probs), torch.from_numpy(labels), num_classes=10, n_bins=15, norm="l1"))
+
+  probs, labels = random_predictions(seed=1)
+  aece = tu.AdaptiveCalibrationError(task="multiclass", num_classes=10, num_bins=15)
+  aece.update(torch.from_numpy(probs), torch.from_numpy(labels))
+  ours_aece, theirs_aece = float(metrics.aece(probs, labels)), float(aece.compute())
+
+  ok = True
+  for name, ours, theirs, lib in (("ECE", ours_ece, theirs_ece, "torchmetrics"),
+                                  ("AECE", ours_aece, theirs_aece, "torch-uncertainty")):
+    agree = abs(ours - theirs) <= TOLERANCE
+    ok &= agree
+    print(f"{name:<5} calib_jax {ours:.7f}  {lib} {theirs:.7f}  {'agree' if agree else 'DIFFER'}")
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

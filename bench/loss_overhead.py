@@ -3,13 +3,16 @@
     .venv/bin/python bench/loss_overhead.py [--model small_cnn] [--batch 128] [--repeats 7]
 
 One SGD step (forward, loss, backward, update) of the model on a fixed batch is compiled per
-loss. Losses are timed round-robin (every repeat times all losses once, in turn) so that drift in
+loss. Losses are timed round-robin, in a fresh random order every repeat, so that drift in
 machine load hits them alike; the table shows the median time per step and its ratio to CE.
-Not a test: it prints numbers.
+On a busy machine that ratio is noisy, so the table also shows the loss's own cost: value and
+gradient of the loss alone on logits of the step's shape (jit, median), and that cost as a
+fraction of the CE step. Not a test: it prints numbers.
 """
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 
@@ -43,6 +46,19 @@ def time_steps(step, variables, opt_state, batch, steps: int) -> float:
   return (time.perf_counter() - start) / steps
 
 
+def time_loss_alone(loss_fn, logits, labels, extra, calls: int = 50) -> float:
+  grad_fn = jax.jit(jax.value_and_grad(lambda z: loss_fn(z, labels, **extra)))
+  jax.block_until_ready(grad_fn(logits))
+  samples = []
+  for _ in range(5):
+    start = time.perf_counter()
+    for _ in range(calls):
+      out = grad_fn(logits)
+    jax.block_until_ready(out)
+    samples.append((time.perf_counter() - start) / calls)
+  return statistics.median(samples)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model", default="small_cnn")
@@ -72,19 +88,26 @@ def main():
     steps[name] = (step, batch)
 
   times = {name: [] for name in names}
+  order = list(names)
+  shuffler = random.Random(0)
   for _ in range(args.repeats):
-    for name in names:
+    shuffler.shuffle(order)
+    for name in order:
       step, batch = steps[name]
       times[name].append(time_steps(step, variables, opt_state, batch, args.steps))
 
   medians = {name: statistics.median(t) for name, t in times.items()}
   base = medians.get("ce", min(medians.values()))
+  logits = jax.random.normal(key, (args.batch, args.num_classes))
+  alone = {name: time_loss_alone(losses.get(name), logits, labels, steps[name][1]["extra"])
+           for name in names}
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}, model {args.model}, "
         f"batch {args.batch}x{args.image_size}x{args.image_size}x3, {args.num_classes} classes, "
         f"median of {args.repeats}x{args.steps} steps")
-  print(f"{'loss':<8}{'ms/step':>10}{'vs ce':>9}")
+  print(f"{'loss':<8}{'ms/step':>10}{'vs ce':>9}{'loss alone (us)':>17}{'% of ce step':>14}")
   for name in names:
-    print(f"{name:<8}{medians[name] * 1e3:>10.2f}{medians[name] / base:>9.3f}")
+    print(f"{name:<8}{medians[name] * 1e3:>10.2f}{medians[name] / base:>9.3f}"
+          f"{alone[name] * 1e6:>17.1f}{100 * alone[name] / base:>14.3f}")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,4 @@ bench: $(STAMP)
 	$(PY) bench/metrics_speed.py
 	$(PY) bench/train_step.py
 	$(PY) bench/input_pipeline.py
+	$(PY) bench/scaling.py

@@ -95,7 +95,8 @@ def _broadcast_objectness(name: str, objectness, label_shape) -> jax.Array:
 
 def masked_mean(values: jax.Array, weights: jax.Array) -> jax.Array:
   """Mean of `values` over entries with weight 1; 0.0 (not NaN) when nothing is valid."""
-  total = jnp.sum(jnp.where(weights > 0, values, 0.0) * weights)
+  # `where`, not a product: an invalid entry's value may be inf/NaN (e.g. a padding example).
+  total = jnp.sum(jnp.where(weights > 0, values, 0.0))
   return total / jnp.maximum(jnp.sum(weights), 1.0)
 
 

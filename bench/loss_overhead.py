@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/loss_overhead.py [--model small_cnn] [--batch 128] [--repeats 7]
 
-One SGD step (forward, loss, backward, update) of the model on a fixed batch is compiled per
-loss. Losses are timed round-robin, in a fresh random order every repeat, so that drift in
+The trainer's own SGD step (`calib_jax.training.step.make_train_step`: forward, loss, backward,
+update) of the model on a fixed batch is compiled per loss. Losses are timed round-robin, in a fresh random order every repeat, so that drift in
 machine load hits them alike; the table shows the median time per step and its ratio to CE.
 On a busy machine that ratio is noisy, so the table also shows the loss's own cost: value and
 gradient of the loss alone on logits of the step's shape (jit, median), and that cost as a
@@ -18,31 +18,16 @@ import time
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from calib_jax import losses, models
+from calib_jax.training import optim, state as state_lib, step as step_lib
 
 
-def make_step(model, loss_fn, tx):
-  @jax.jit
-  def step(variables, opt_state, batch):
-    def objective(params):
-      logits, updates = model.apply({**variables, "params": params}, batch["image"], train=True,
-                                    mutable=["batch_stats"])
-      return loss_fn(logits, batch["label"], **batch["extra"]), updates
-
-    (loss, updates), grads = jax.value_and_grad(objective, has_aux=True)(variables["params"])
-    param_updates, opt_state = tx.update(grads, opt_state, variables["params"])
-    params = optax.apply_updates(variables["params"], param_updates)
-    return {**variables, **updates, "params": params}, opt_state, loss
-  return step
-
-
-def time_steps(step, variables, opt_state, batch, steps: int) -> float:
+def time_steps(step, state, batch, steps: int) -> float:
   start = time.perf_counter()
   for _ in range(steps):
-    variables, opt_state, loss = step(variables, opt_state, batch)
-  loss.block_until_ready()
+    state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
   return (time.perf_counter() - start) / steps
 
 
@@ -75,17 +60,19 @@ def main():
   labels = jax.random.randint(key, (args.batch,), 0, args.num_classes)
   model = models.get(args.model, args.num_classes)
   variables = model.init({"params": key}, images[:1], train=False)
-  tx = optax.sgd(0.01, momentum=0.9)
-  opt_state = tx.init(variables["params"])
+  schedule = optim.make_schedule(name="constant", base_lr=0.01, total_steps=10**6,
+                                 steps_per_epoch=100)
+  tx = optim.make_optimizer(name="sgd", learning_rate=schedule, momentum=0.9)
+  state = state_lib.create(variables, tx, key)
 
   names = args.losses.split(",")
   steps = {}
   for name in names:
     extra = {"objectness": jnp.linspace(-0.1, 1.0, args.batch)} if name == "als" else {}
-    batch = {"image": images, "label": labels, "extra": extra}
-    step = make_step(model, losses.get(name), tx)
-    time_steps(step, variables, opt_state, batch, 2)  # compile + warm up
-    steps[name] = (step, batch)
+    batch = {"image": images, "label": labels, **extra}
+    step = jax.jit(step_lib.make_train_step(model, losses.get(name), tx, schedule))
+    time_steps(step, state, batch, 2)  # compile + warm up
+    steps[name] = (step, batch, extra)
 
   times = {name: [] for name in names}
   order = list(names)
@@ -93,13 +80,13 @@ def main():
   for _ in range(args.repeats):
     shuffler.shuffle(order)
     for name in order:
-      step, batch = steps[name]
-      times[name].append(time_steps(step, variables, opt_state, batch, args.steps))
+      step, batch, _ = steps[name]
+      times[name].append(time_steps(step, state, batch, args.steps))
 
   medians = {name: statistics.median(t) for name, t in times.items()}
   base = medians.get("ce", min(medians.values()))
   logits = jax.random.normal(key, (args.batch, args.num_classes))
-  alone = {name: time_loss_alone(losses.get(name), logits, labels, steps[name][1]["extra"])
+  alone = {name: time_loss_alone(losses.get(name), logits, labels, steps[name][2])
            for name in names}
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}, model {args.model}, "
         f"batch {args.batch}x{args.image_size}x{args.image_size}x3, {args.num_classes} classes, "

@@ -80,3 +80,18 @@ def test_pixel_sampling_picks_only_labelled_pixels():
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
     evaluate.evaluate_run(tiny_config(), str(tmp_path / "empty"))
+
+
+def test_eval_saves_the_plotted_predictions(tmp_path):
+  config = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
+                       eval_batch_size=16, data_options=TINY_CLUTTER)
+  config.eval.pnorm_candidates = (2,)
+  loop.train_and_evaluate(config, str(tmp_path / "run"))
+  results = evaluate.evaluate_run(config, str(tmp_path / "run"))
+  saved = np.load(results["files"]["predictions"])
+  assert saved["probs_pre"].shape == saved["probs_post"].shape == (64, 10)
+  np.testing.assert_allclose(saved["probs_pre"].sum(-1), 1.0, rtol=1e-5)
+  accuracy = np.mean(saved["probs_pre"].argmax(-1) == saved["labels"])
+  assert accuracy == pytest.approx(results["pre_temperature"]["accuracy"], abs=1e-6)
+  # Temperature scaling keeps each sample's predicted class.
+  np.testing.assert_array_equal(saved["probs_pre"].argmax(-1), saved["probs_post"].argmax(-1))

@@ -14,8 +14,10 @@
    model, as LS-vs-SC do);
 5. for ALS models (`eval.context_eval`) evaluates context-only images (every object box filled
    with the mean pixel): a model that relies on objects should be unsure there;
-6. writes `<workdir>/eval_<split>/metrics.json`, `reliability.png` (PreT and PosT) and
-   `risk_coverage.png`, and returns the results.
+6. writes `<workdir>/eval_<split>/metrics.json`, `reliability.png` (PreT and PosT),
+   `risk_coverage.png` and `predictions.npz` (the plotted samples' PreT/PosT probabilities and
+   labels, to draw several models side by side with `plotting.reliability_diagrams`), and
+   returns the results.
 """
 import functools
 import json
@@ -38,6 +40,7 @@ from calib_jax.training import config_validation, optim, parallel, step as step_
 RESULTS_FILE = "metrics.json"
 RELIABILITY_FILE = "reliability.png"
 RISK_COVERAGE_FILE = "risk_coverage.png"
+PREDICTIONS_FILE = "predictions.npz"
 # Scalars of `StreamingMetrics.result()` reported in the PreT / PosT tables.
 CALIBRATION_KEYS = ("accuracy", "ece", "aece", "mce", "classwise_ece", "nll", "brier",
                     "average_confidence", "overconfidence", "underconfidence", "aurc", "eaurc",
@@ -294,6 +297,12 @@ def _plots(out_dir: str, samples: dict[str, np.ndarray], temperature: float, pno
   return {"reliability": reliability, "risk_coverage": risk_coverage}
 
 
+def _save_predictions(out_dir: str, samples: dict[str, np.ndarray]) -> str:
+  path = os.path.join(out_dir, PREDICTIONS_FILE)
+  np.savez_compressed(path, **{k: samples[k] for k in ("probs_pre", "probs_post", "labels")})
+  return path
+
+
 def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
                  step: int | None = None,
                  devices: list[jax.Device] | None = None) -> dict[str, Any]:
@@ -341,6 +350,7 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
   if jax.process_index() == 0:
     os.makedirs(out_dir, exist_ok=True)
     results["files"] = _plots(out_dir, samples, fit["temperature"], fit["pnorm"], config)
+    results["files"]["predictions"] = _save_predictions(out_dir, samples)
     results = _jsonable(results)
     with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
       json.dump(results, f, indent=2, sort_keys=True)

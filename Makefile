@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: test demo bench clean
+.PHONY: test demo bench compare clean
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -18,6 +18,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m calib_jax.demo
+
+# The README's Results: every loss of configs/compare.py, 3 seeds, two datasets (~1 h on 2 cores).
+compare: $(STAMP)
+	$(PY) bench/compare_losses.py --out_dir=docs/results
 
 clean:
 	rm -rf $(VENV) .pytest_cache

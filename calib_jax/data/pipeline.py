@@ -170,7 +170,10 @@ def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: Pipeline
   use."""
   tfds_name = opts.tfds_name or spec.meta.tfds_name
   builder = tfds.builder(tfds_name, data_dir=data_dir)
-  kwargs = dict(split=split, decoders=_decoders(spec.source), shuffle_files=False)
+  # tfds caches small splits in memory; `take(max_examples)` after that cache would make
+  # tf.data discard the unfinished cache every epoch (and warn each time).
+  kwargs = dict(split=split, decoders=_decoders(spec.source), shuffle_files=False,
+                read_config=tfds.ReadConfig(try_autocache=opts.max_examples is None))
   try:
     return builder.as_dataset(**kwargs), builder
   except AssertionError as e:

@@ -26,12 +26,15 @@ compare: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache
 
-# Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on).
+# Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on); these are
+# the exact commands behind its tables (about 30 min on 2 idle cores).
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/crosscheck_torch.py
-	$(PY) bench/loss_overhead.py
-	$(PY) bench/metrics_speed.py
+	$(PY) bench/loss_overhead.py --repeats 9 --steps 3
+	$(PY) bench/metrics_speed.py --sizes 1e5,1e6,1e7 --classes 10 --baseline-cap-s 60
+	$(PY) bench/metrics_speed.py --sizes 1e5,3e5,1e6 --classes 1000 --baseline-cap-s 30 \
+	    --skip "torch-uncertainty classwise"
 	$(PY) bench/train_step.py
-	$(PY) bench/input_pipeline.py
-	$(PY) bench/scaling.py
+	$(PY) bench/input_pipeline.py --batches 25 --repeats 3
+	$(PY) bench/scaling.py --steps 3 --repeats 3

@@ -203,7 +203,7 @@ CLAIMS = (
     Claim("MbLS", "MbLS has lower ECE than CE", "mbls", "ce", _pre("ece")),
     Claim("MbLS", "MbLS has lower ECE than LS", "mbls", "ls", _pre("ece")),
     Claim("MbLS", "MbLS has lower ECE than focal loss", "mbls", "focal", _pre("ece")),
-    Claim("MbLS", "MbLS keeps CE's accuracy (lower error)", "mbls", "ce",
+    Claim("MbLS", "MbLS is more accurate than CE (lower error)", "mbls", "ce",
           lambda r: 1.0 - r["pre_temperature"]["accuracy"]),
     Claim("ACLS", "ACLS has lower ECE than MbLS", "acls", "mbls", _pre("ece")),
     Claim("ACLS", "ACLS has lower ECE than CE", "acls", "ce", _pre("ece")),
@@ -237,7 +237,8 @@ def _claim_values(claim: Claim, runs: dict[str, list[Results]]) -> tuple[list[fl
 
 def check_claim(claim: Claim, runs: dict[str, list[Results]]) -> dict[str, Any] | None:
   """Paired per-seed differences `better - worse` (negative supports the claim) and a verdict:
-  `supported` (every seed), `not supported` (no seed), else `mixed`. None if a side is missing."""
+  `supported` (every seed), `not supported` (no seed), `no difference` (identical on every
+  seed), else `mixed`. None if a side is missing."""
   runs = {loss: finished(results) for loss, results in runs.items()}
   if not runs.get(claim.better) or not runs.get(claim.worse):
     return None
@@ -246,7 +247,10 @@ def check_claim(claim: Claim, runs: dict[str, list[Results]]) -> dict[str, Any] 
     return None
   diffs = [(b - w) * claim.scale for b, w in zip(better, worse)]
   wins = sum(d < 0 for d in diffs)
-  verdict = ("supported" if wins == len(diffs) else "not supported" if wins == 0 else "mixed")
+  if all(d == 0 for d in diffs):
+    verdict = "no difference"  # e.g. p-norm selection fell back to MSP on every seed
+  else:
+    verdict = ("supported" if wins == len(diffs) else "not supported" if wins == 0 else "mixed")
   mean, std = mean_std(diffs)
   return {"paper": claim.paper, "claim": claim.text, "diff_mean": mean, "diff_std": std,
           "wins": wins, "seeds": len(diffs), "verdict": verdict,
@@ -312,8 +316,19 @@ def dataset_section(dataset: str, runs: dict[str, list[Results]]) -> str:
   return "\n".join(parts)
 
 
+def cpu_name() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown CPU"
+
+
 def write_report(workdir: str, out_dir: str, all_runs: dict[str, dict[str, list[Results]]],
-                 seeds: Sequence[int], command: str, wall_s: float) -> str:
+                 seeds: Sequence[int], command: str) -> str:
   """Writes `results.md` and the reliability figures; returns the report text."""
   os.makedirs(out_dir, exist_ok=True)
   train_s = sum(r.get("timing", {}).get("train_s", 0.0) + r.get("timing", {}).get("eval_s", 0.0)
@@ -321,9 +336,8 @@ def write_report(workdir: str, out_dir: str, all_runs: dict[str, dict[str, list[
   parts = ["## Results", "",
            f"Produced by `{command}` ({len(seeds)} seeds: {', '.join(map(str, seeds))}; "
            f"{sum(len(r) for runs in all_runs.values() for r in runs.values())} runs, "
-           f"{train_s / 60:.0f} min of training + evaluation, {wall_s / 60:.0f} min wall for "
-           f"this invocation, on {os.cpu_count()} CPU cores ({platform.processor() or 'CPU'})). "
-           "Mean ± sample std over seeds.", ""]
+           f"{train_s / 60:.0f} min of training + evaluation on {os.cpu_count()} CPU cores, "
+           f"{cpu_name()}). Mean ± sample std over seeds.", ""]
   for dataset, runs in all_runs.items():
     parts.append(dataset_section(dataset, runs))
     figure = reliability_figure(workdir, dataset, seeds[0], out_dir)
@@ -380,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
   command = "python bench/compare_losses.py " + " ".join(argv if argv is not None
                                                           else sys.argv[1:])
   text = write_report(args.workdir, args.out_dir or args.workdir, all_runs, seeds,
-                      command.strip(), time.monotonic() - start)
+                      command.strip())
+  print(f"({time.monotonic() - start:.0f} s for this invocation)")
   print("\n" + text)
   return 0
 

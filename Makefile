@@ -27,7 +27,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache
 
 # Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on); these are
-# the exact commands behind its tables (about 30 min on 2 idle cores).
+# the exact commands behind its tables (13 min on 2 idle cores).
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/crosscheck_torch.py

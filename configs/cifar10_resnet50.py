@@ -8,6 +8,8 @@ epochs, learning rate 0.1 divided by 10 at epochs 150 and 250. ResNet-50 with th
 (MbLS picks it on the validation set; ACLS follows). Other losses use the papers' settings:
 LS eps=0.05, focal gamma=3, FLSD gamma=5/3, ECP beta=0.1, MbLS alpha=0.1, ACLS
 lambda_1=0.1, lambda_2=0.01, CRL weight 1.
+Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/trainer.py`,
+`clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
     python train.py --config=configs/cifar10_resnet50.py:mbls --workdir=workdirs/c10_r50_mbls
 
@@ -36,6 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.learning_rate = 0.1
   config.momentum = 0.9
   config.weight_decay = 5e-4
+  # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
+  config.grad_clip_norm = 2.0
   config.schedule = "multistep"
   config.lr_boundaries_epochs = (150, 250)
   config.lr_decay_factor = 0.1

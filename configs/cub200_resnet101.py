@@ -5,6 +5,8 @@ ImageNet-pretrained ResNet-101, all layers trained; SGD, momentum 0.9, weight de
 batch 16, 200 epochs, learning rate 0.1 multiplied by 0.1 every 80 epochs. Margin m = 10 (the
 value found on Tiny-ImageNet; MbLS uses no CUB validation set). The crop size is the dataset's
 default (`calib_jax.data.info('cub200').image_shape`).
+Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/trainer.py`,
+`clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
 Pre-trained weights cannot be downloaded here: pass a local file of ImageNet ResNet-101
 variables (`calib_jax.models.save_variables` format); the classifier `head` is re-initialised.
@@ -36,6 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.learning_rate = 0.1
   config.momentum = 0.9
   config.weight_decay = 5e-4
+  # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
+  config.grad_clip_norm = 2.0
   config.schedule = "multistep"
   config.lr_boundaries_epochs = (80, 160)
   config.lr_decay_factor = 0.1

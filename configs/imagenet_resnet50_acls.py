@@ -3,6 +3,8 @@
 Recipe (ACLS Sec. 4.1): AdamW, batch 256, learning rate 5e-4, weight decay 5e-2, betas
 (0.9, 0.999), cosine annealing, 200 epochs; standard random-resized-crop + flip at 224x224.
 Margin m = 10. A held-out 1% of the training set is the validation split (temperature, p-norm).
+Gradient-norm clipping at 2, as the official trainer (ACLS `calibrate/engine/trainer.py`,
+`clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
     python train.py --config=configs/imagenet_resnet50_acls.py:acls --workdir=workdirs/in_r50_acls
 
@@ -28,6 +30,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.optimizer = "adamw"
   config.learning_rate = 5e-4
   config.weight_decay = 5e-2
+  # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
+  config.grad_clip_norm = 2.0
   config.adam_b1 = 0.9
   config.adam_b2 = 0.999
   config.schedule = "cosine"

@@ -5,6 +5,7 @@ embeddings; Adam (beta 0.9, 0.999), learning rate 1e-3 for 50 epochs then 1e-4 f
 (100 epochs). The batch size is not given in the paper; 128 here. Margin m = 6. GloVe vectors
 cannot be downloaded here: pass a local table with `--config.model_kwargs.embedding=/path.npy`
 ([vocab_size, 100], row 0 = padding) to start from them; otherwise embeddings are learned.
+No gradient clipping: MbLS's text trainer (`calibrate/engine/nlp_trainer.py`) does not clip.
 
     python train.py --config=configs/newsgroups20_gpool_cnn.py:mbls --workdir=workdirs/20ng_mbls
 

@@ -7,6 +7,8 @@ and horizontal flip. ResNet-50 with the CIFAR-style stem (3x3 stride-1 conv, no 
 as the papers' Tiny-ImageNet networks. Margin m = 10 for MbLS and ACLS. The papers hold out
 50 images per class of the training set for validation and test on the official validation
 set; here the dataset's own val/test splits are used (see `calib_jax.data.info`).
+Gradient-norm clipping at 2, as the official trainer (MbLS and ACLS `calibrate/engine/trainer.py`,
+`clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
     python train.py --config=configs/tiny_imagenet_resnet50.py:acls --workdir=workdirs/tin_r50_acls
 
@@ -34,6 +36,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.learning_rate = 0.1
   config.momentum = 0.9
   config.weight_decay = 5e-4
+  # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
+  config.grad_clip_norm = 2.0
   config.schedule = "multistep"
   config.lr_boundaries_epochs = (40, 60)
   config.lr_decay_factor = 0.1

@@ -7,6 +7,8 @@ scratch; SGD, momentum 0.9, weight decay 5e-4, batch 8, 100 epochs, learning rat
 by 10 at epochs 40 and 80. Metrics on the validation set (the test labels are not public), so
 `val` and `test` are the same split here and temperature scaling is fitted on it. Margin
 m = 10 (Tiny-ImageNet's; no tuning on VOC). The ResNet-34 rows: `voc2012_deeplabv3_resnet34.py`.
+Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/segement_trainer.py`,
+`clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
     python train.py --config=configs/voc2012_deeplabv3_resnet50.py:mbls --workdir=workdirs/voc_mbls \
         --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack
@@ -34,6 +36,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.learning_rate = 0.01
   config.momentum = 0.9
   config.weight_decay = 5e-4
+  # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
+  config.grad_clip_norm = 2.0
   config.schedule = "multistep"
   config.lr_boundaries_epochs = (40, 80)
   config.lr_decay_factor = 0.1

@@ -103,3 +103,18 @@ def test_configs_use_registered_names_only():
   for path in CONFIG_FILES:
     config = config_lib.load_config_file(f"{path}:{_variants(path)[0]}")
     assert config.dataset in data.names()
+
+
+# The MbLS and ACLS image/segmentation trainers clip the gradient norm at 2 for every loss of
+# their tables; MbLS's text trainer does not clip.
+OFFICIAL_CLIP = {"cifar10_resnet50": 2.0, "cifar10_resnet101": 2.0, "tiny_imagenet_resnet50": 2.0,
+                 "tiny_imagenet_resnet101": 2.0, "cub200_resnet101": 2.0,
+                 "voc2012_deeplabv3_resnet50": 2.0, "voc2012_deeplabv3_resnet34": 2.0,
+                 "imagenet_resnet50_acls": 2.0, "newsgroups20_gpool_cnn": 0.0}
+
+
+@pytest.mark.parametrize("name,clip", sorted(OFFICIAL_CLIP.items()))
+def test_mbls_acls_recipes_clip_like_the_official_trainers(name, clip):
+  path = os.path.join(CONFIG_DIR, f"{name}.py")
+  for variant in _variants(path):
+    assert config_lib.load_config_file(f"{path}:{variant}").grad_clip_norm == clip, variant

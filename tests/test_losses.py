@@ -52,7 +52,7 @@ def ref_mbls(z, y, margin=10.0, alpha=0.1):
   return ref_ce(z, y) + alpha * np.maximum(d - margin, 0).mean(-1)
 
 
-def ref_acls(z, y, margin=10.0, lambda_pos=0.1, lambda_neg=0.01, winner_term="max_minus_min"):
+def ref_acls(z, y, margin=10.0, lambda_pos=0.1, lambda_neg=0.01, winner_term="max"):
   out = []
   for zi, yi in zip(z, y):
     top = int(np.argmax(zi))
@@ -94,14 +94,15 @@ def ref_mdca(z, y, beta=1.0):
 
 
 def ref_cpc(z, y, lambda_1v1=1.0, lambda_be=1.0):
+  """SPEC §1 transcribed with probabilities: log σ(z_a − z_b) = log(p_a / (p_a + p_b))."""
   p = np.exp(np_log_softmax(z))
+  c = z.shape[-1]
   out = []
   for pi, yi in zip(p, y):
-    others = [k for k in range(len(pi)) if k != yi]
-    one = -sum(np.log(pi[yi] / (pi[yi] + pi[k])) for k in others)
-    be = -sum(np.log(pi[k] / (pi[k] + pi[l])) + np.log(pi[l] / (pi[k] + pi[l]))
-              for k in others for l in others)
-    out.append(lambda_1v1 * one + lambda_be * be)
+    others = [k for k in range(c) if k != yi]
+    one = np.mean([-np.log(pi[yi] / (pi[yi] + pi[k])) for k in others])
+    be = -sum(np.log(pi[k] / (pi[k] + pi[l])) for k in others for l in others if l != k)
+    out.append(lambda_1v1 * one + lambda_be * be / (2 * (c - 1) * (c - 2)))
   return ref_ce(z, y) + np.array(out)
 
 
@@ -165,10 +166,42 @@ def test_ls_hparams(kw):
   np.testing.assert_allclose(call("ls", z, y, **kw), ref_ls(z, y, **kw).mean(), rtol=1e-5)
 
 
-def test_acls_official_winner_term():
+@pytest.mark.parametrize("winner_term", ["max", "max_minus_min"])
+def test_acls_winner_terms_match_numpy(winner_term):
   z, y = random_batch(scale=6.0, seed=4)
-  kw = dict(margin=3.0, winner_term="max")
+  kw = dict(margin=3.0, winner_term=winner_term)
   np.testing.assert_allclose(call("acls", z, y, **kw), ref_acls(z, y, **kw).mean(), rtol=1e-5)
+
+
+def test_acls_default_is_the_official_code():
+  assert losses.default_hparams("acls") == {"margin": 10.0, "lambda_pos": 0.1,
+                                            "lambda_neg": 0.01, "winner_term": "max"}
+
+
+@pytest.mark.parametrize("c", [5, 12])
+def test_cpc_normalisation_matches_spec(c):
+  z, y = random_batch(b=7, c=c, scale=3.0, seed=21)
+  kw = dict(lambda_1v1=0.7, lambda_be=1.3)
+  np.testing.assert_allclose(call("cpc", z, y, **kw), ref_cpc(z, y, **kw).mean(), rtol=1e-5)
+
+
+def test_cpc_terms_convert_from_the_supplements_plain_sums():
+  """ACLS supplement Eqs. 2-4 sum where the public code averages: lambda x (C-1), x 4(C-1)(C-2)."""
+  c = 10
+  z, y = random_batch(b=5, c=c, scale=2.0, seed=22)
+  p = np.exp(np_log_softmax(z))
+  sums_1v1, sums_be = [], []
+  for pi, yi in zip(p, y):
+    others = [k for k in range(c) if k != yi]
+    sums_1v1.append(-sum(np.log(pi[yi] / (pi[yi] + pi[k])) for k in others))
+    sums_be.append(-sum(np.log(pi[k] / (pi[k] + pi[l])) + np.log(pi[l] / (pi[k] + pi[l]))
+                        for k in others for l in others if l != k))
+  ce = ref_ce(z, y).mean()
+  np.testing.assert_allclose(call("cpc", z, y, lambda_1v1=c - 1.0, lambda_be=0.0) - ce,
+                             np.mean(sums_1v1), rtol=1e-5)
+  np.testing.assert_allclose(call("cpc", z, y, lambda_1v1=0.0,
+                                  lambda_be=4.0 * (c - 1) * (c - 2)) - ce,
+                             np.mean(sums_be), rtol=1e-5)
 
 
 def test_als_matches_numpy_and_targets():
@@ -250,19 +283,31 @@ def test_mbls_regulariser_gradient():
   np.testing.assert_allclose(reg, expected, atol=1e-6)
 
 
-def test_acls_regulariser_gradient_has_stop_gradients():
+@pytest.mark.parametrize("winner_term", ["max", "max_minus_min"])
+def test_acls_regulariser_gradient(winner_term):
+  """SPEC §1: 2·lp·relu(z_top − M) at the argmax (max form; z_top − min z for max_minus_min,
+  whose min is differentiated: the negative of it at the argmin), −2·ln/(C−1)·relu(z_top − z_j − M)
+  at the losers, and nothing else."""
   z, y = random_batch(scale=6.0, seed=10)
+  z[0] += 5.0  # the winner term of the `max` form is active on some rows, not on others
   m, lp, ln = 2.0, 0.1, 0.05
-  reg = (per_example_grad("acls", z, y, margin=m, lambda_pos=lp, lambda_neg=ln)
-         - per_example_grad("ce", z, y))
+  reg = (per_example_grad("acls", z, y, margin=m, lambda_pos=lp, lambda_neg=ln,
+                          winner_term=winner_term) - per_example_grad("ce", z, y))
   expected = np.zeros_like(z)
   for i, zi in enumerate(z):
-    top = np.argmax(zi)
-    expected[i, top] = 2 * lp * max(zi[top] - zi.min() - m, 0)
+    top, bottom = np.argmax(zi), np.argmin(zi)
     for j in range(C):
       if j != top:
         expected[i, j] = -2 * ln / (C - 1) * max(zi[top] - zi[j] - m, 0)
+    if winner_term == "max":
+      expected[i, top] = 2 * lp * max(zi[top] - m, 0)
+    else:
+      gap = max(zi[top] - zi[bottom] - m, 0)
+      expected[i, top] = 2 * lp * gap
+      expected[i, bottom] += -2 * lp * gap
   assert np.abs(expected).sum() > 0
+  if winner_term == "max":
+    assert (z.max(-1) > m).any() and (z.max(-1) < m).any()
   np.testing.assert_allclose(reg, expected, atol=1e-5)
 
 

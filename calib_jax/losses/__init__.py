@@ -44,7 +44,7 @@ _LOSSES: dict[str, _LossDef] = {
         "margin": Real(10.0),
         "lambda_pos": Real(0.1),
         "lambda_neg": Real(0.01),
-        "winner_term": Choice("max_minus_min", ("max_minus_min", "max")),
+        "winner_term": Choice("max", ("max", "max_minus_min")),
     }),
     "lr": _LossDef(relaxation.label_relaxation, {"alpha": Real(0.1, 0.0, 1.0, high_open=True)}),
     "als": _LossDef(adaptive.adaptive_label_smoothing, {"beta": Real(1.0, 0.0, 1.0)},

@@ -48,6 +48,12 @@ def mmce_weighted(confidence: jax.Array, correct: jax.Array, weights: jax.Array)
 
   over the correct (C, m_c of them) and wrong (W, m_w) valid samples, `r` the confidence.
   Returns `sqrt(max(MMCE_w², 0))`. Memory is O(N²) in the number of entries.
+
+  This is the formula of Kumar et al. (their Eq. for MMCE_w, SPEC §1). Their released
+  TensorFlow code differs in two ways: it divides each pair sum by the squared count a second
+  time (by m_c⁴, m_w⁴ and (m_c·m_w)² instead of m_c², m_w², m_c·m_w), which shrinks the term by
+  the batch's counts, and it drops the term (0) when a batch has no correct or no wrong sample.
+  Here a batch with only one kind keeps the term of that kind, which the formula defines.
   """
   c = correct * weights
   w = (1.0 - correct) * weights

@@ -25,20 +25,32 @@ def margin_label_smoothing(x: LossInputs, *, margin: float, alpha: float) -> jax
 
 def adaptive_conditional_label_smoothing(x: LossInputs, *, margin: float, lambda_pos: float,
                                          lambda_neg: float, winner_term: str) -> jax.Array:
-  """ACLS (Park et al. ICCV 2023, Eqs. 10–14).
+  """ACLS (Park et al. ICCV 2023), as the official code computes it (SPEC §1).
 
-      L = −log p_y + λ_pos · relu(z_ŷ − sg(min_k z_k) − M)²
-                   + λ_neg · mean_{j≠ŷ} relu(sg(z_ŷ) − z_j − M)²
+      L = −log p_y + λ_pos · relu(z_ŷ − M)² + λ_neg · mean_{j≠ŷ} relu(sg(z_ŷ) − z_j − M)²
 
-  Its gradient is Eq. 12 up to the factor 2: `2λ_pos·relu(z_ŷ − min z − M)` at ŷ and
-  `−2λ_neg/(C−1)·relu(z_ŷ − z_j − M)` at j ≠ ŷ; the stop-gradients keep each term acting on the
-  logit Eq. 12 assigns it to. `winner_term="max"` replaces the first penalty by `relu(z_ŷ − M)²`,
-  as the official code does (SPEC §1 keeps the paper's form as the default).
+  `winner_term="max"` (default) is cvlab-yonsei/ACLS `calibrate/losses/acls.py`, value and
+  gradient: the winner penalty acts on the raw max logit (not stopped there), the loser penalty
+  on the distance to the stopped max. Its regulariser gradient is `2λ_pos·relu(z_ŷ − M)` at ŷ
+  and `−2λ_neg/(C−1)·relu(z_ŷ − z_j − M)` at j ≠ ŷ. It does not sum to zero over classes on
+  purpose: the winner term pins the overall logit level, switching itself off once every logit
+  has moved below M. The official trainer's `pos_lambda · alpha` and `neg_lambda · alpha`
+  (1.0·0.1, 0.1·0.1) are `lambda_pos` and `lambda_neg` here.
+
+  `winner_term="max_minus_min"` reads the paper's Eq. 13 as a function:
+  `λ_pos·relu(z_ŷ − min_k z_k − M)²` with the min differentiated, which adds
+  `−2λ_pos·relu(z_ŷ − min z − M)` at the argmin.
+
+  Where this differs from the paper: Eq. 12 assigns the winner's gradient `2λ_pos·relu(z_ŷ −
+  min z − M)` to ŷ alone (the min held constant). That vector field is the gradient of no
+  function: nothing resists a common shift of every logit, and on the label-relaxation paper's
+  2×1024 MLP the mean logit drifts down until training diverges. Neither form here does that.
+  On ties of the max the first index is ŷ (the official code penalises every tied logit).
   """
   num_classes = x.logits.shape[-1]
   z_top = predicted_logit(x.logits)
   if winner_term == "max_minus_min":
-    winner_gap = z_top - jax.lax.stop_gradient(jnp.min(x.logits, axis=-1))
+    winner_gap = z_top - jnp.min(x.logits, axis=-1)
   else:
     winner_gap = z_top
   winner = jax.nn.relu(winner_gap - margin) ** 2

@@ -15,6 +15,12 @@ def dataset_meta(config: ml_collections.ConfigDict) -> Any:
   return data.info(config.dataset)
 
 
+def split(config: ml_collections.ConfigDict, role: str) -> str:
+  """The split to read for `role` ('train', 'val' or 'test'): `config.splits[role]` if set,
+  else the role itself, which `data.make_dataset` maps to the dataset's registered split."""
+  return config.splits.get(role, role)
+
+
 def model_kwargs(config: ml_collections.ConfigDict, meta: Any) -> dict[str, Any]:
   """Keyword arguments for `models.get`: the config's `model_kwargs`, its `dtype`, and what the
   dataset determines (a text model's vocabulary size) unless the config sets it."""

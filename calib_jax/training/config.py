@@ -5,7 +5,8 @@ recipe says. Field groups:
 
 * run: `seed`, `multihost`, `num_train_steps` / `num_epochs`, `steps_per_epoch`,
   `stop_after_steps`;
-* data: `dataset`, `data_dir`, `data_options` (every split), `train_data_options` (train only,
+* data: `dataset`, `data_dir`, `splits` (tfds split per role), `data_options` (every split),
+  `train_data_options` (train only,
   e.g. ALS's `objectness`/`context_rate`), `batch_size` (global), `eval_batch_size`;
 * model: `model`, `model_kwargs`, `dtype`, `pretrained` (path of variables to start from),
   `pretrained_skip` (top-level parameter names not taken from it);
@@ -39,6 +40,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.dataset = "clutter_objects"
   c.data_dir = config_dict.placeholder(str)
   c.data_options = ml_collections.ConfigDict()
+  # Overrides of the dataset's splits: 'train' / 'val' / 'test' -> a tfds split string, e.g.
+  # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set.
+  c.splits = ml_collections.ConfigDict()
   c.train_data_options = ml_collections.ConfigDict()
   c.batch_size = 128
   c.eval_batch_size = 256
@@ -74,6 +78,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.lr_boundaries_epochs = ()
   c.lr_decay_factor = 0.1
   c.poly_power = 0.9
+  c.lr_time_decay = 0.0  # Keras-style lr / (1 + d·step) on top of the schedule (0 = off)
   c.warmup_epochs = 0.0
   c.grad_clip_norm = 0.0
   c.sam_rho = 0.0
@@ -89,6 +94,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.num_bins = 15
   c.eval.fit_split = "val"           # temperature and p-norm are fitted here
+  # Also pick T from this grid by held-out ECE (the LR paper's protocol; () = off).
+  c.eval.temperature_grid = ()
   c.eval.pnorm_candidates = tuple(range(1, 10))
   c.eval.pnorm_center = True
   c.eval.risk_levels = (0.01, 0.05, 0.1)        # coverage_at_risk operating points

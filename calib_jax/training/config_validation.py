@@ -17,7 +17,7 @@ from calib_jax.training import builders, optim
 from calib_jax.training.config import base_config
 
 # Sub-dicts whose keys are free-form (passed through as keyword arguments).
-FREE_FORM_FIELDS = ("data_options", "train_data_options", "model_kwargs", "loss_kwargs",
+FREE_FORM_FIELDS = ("splits", "data_options", "train_data_options", "model_kwargs", "loss_kwargs",
                     "lr_multipliers")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -81,6 +81,14 @@ def _check_numbers(config: ml_collections.ConfigDict, problems: list[str],
   need(config.warmup_epochs >= 0, f"warmup_epochs must be >= 0, got {config.warmup_epochs}")
   need(config.lr_decay_factor > 0, f"lr_decay_factor must be > 0, got {config.lr_decay_factor}")
   need(config.poly_power > 0, f"poly_power must be > 0, got {config.poly_power}")
+  need(config.lr_time_decay >= 0, f"lr_time_decay must be >= 0 (0 = off), got "
+       f"{config.lr_time_decay}")
+  for role, split in config.splits.items():
+    need(role in ("train", "val", "test") and isinstance(split, str) and split,
+         f"splits.{role}={split!r}: keys must be 'train', 'val' or 'test' and values tfds split "
+         "strings such as 'train[:50000]'")
+  need(all(t > 0 for t in config.eval.temperature_grid),
+       f"eval.temperature_grid must hold temperatures > 0, got {config.eval.temperature_grid}")
   boundaries = list(config.lr_boundaries_epochs)
   need(all(b >= 0 for b in boundaries) and boundaries == sorted(boundaries),
        f"lr_boundaries_epochs must be non-negative and ascending, got {tuple(boundaries)}")

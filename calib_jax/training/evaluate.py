@@ -68,7 +68,8 @@ def eval_batches(config: ml_collections.ConfigDict, split: str, mesh: jax.shardi
   if config.eval.max_examples > 0:
     options["max_examples"] = int(config.eval.max_examples)
   stream = data.make_dataset(
-      config.dataset, split, batch_size=parallel.local_batch_size(config.eval_batch_size),
+      config.dataset, builders.split(config, split),
+      batch_size=parallel.local_batch_size(config.eval_batch_size),
       train=False, data_dir=config.data_dir, process_index=jax.process_index(),
       process_count=jax.process_count(), **options)
   for batch in stream:
@@ -157,9 +158,13 @@ def fit_posthoc(config: ml_collections.ConfigDict, predict, variables, mesh, met
   pnorm = posthoc.select_pnorm(logits, labels, ps=tuple(config.eval.pnorm_candidates),
                                center=config.eval.pnorm_center)
   nll_before, nll_after = (_numpy_nll(logits / t, labels) for t in (1.0, temperature))
-  return {"split": config.eval.fit_split, "num_samples": int(labels.shape[0]),
-          "temperature": temperature, "pnorm": pnorm, "nll_before": nll_before,
-          "nll_after": nll_after}
+  fit = {"split": config.eval.fit_split, "num_samples": int(labels.shape[0]),
+         "temperature": temperature, "pnorm": pnorm, "nll_before": nll_before,
+         "nll_after": nll_after}
+  if config.eval.temperature_grid:
+    fit["temperature_grid"] = posthoc.select_temperature_from_grid(
+        logits, labels, tuple(config.eval.temperature_grid), num_bins=config.eval.num_bins)
+  return fit
 
 
 def _numpy_nll(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -206,12 +211,14 @@ def _report_batch(logits, labels, mask, key, temperature, *, num_pixels: int, pn
   }
 
 
-def _stream_report_split(config, split, predict, variables, mesh, meta, temperature, pnorm):
-  """Both accumulators and the sampled per-sample scores of the report split."""
+def _stream_report_split(config, split, predict, variables, mesh, meta, temperature, pnorm,
+                         grid_temperature=None):
+  """The accumulators (PreT, PosT and, with a grid temperature, PosT-grid) and the sampled
+  per-sample scores of the report split."""
   risks, coverages = tuple(config.eval.risk_levels), tuple(config.eval.coverage_levels)
   segmentation = meta.task == "segmentation"
-  pre, post = (metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
-                                             confusion=segmentation) for _ in range(2))
+  pre, post, post_grid = (metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
+                                                        confusion=segmentation) for _ in range(3))
   samples: dict[str, list[np.ndarray]] = {"correct": [], "probs_pre": [], "probs_post": [],
                                           "labels": []}
   key = jax.random.key(config.seed + 1)
@@ -223,6 +230,9 @@ def _stream_report_split(config, split, predict, variables, mesh, meta, temperat
                         pnorm=pnorm, center=bool(config.eval.pnorm_center))
     pre = pre.update(logits=logits, labels=batch["label"], mask=batch["mask"])
     post = post.update(logits=out["scaled_logits"], labels=batch["label"], mask=batch["mask"])
+    if grid_temperature is not None:
+      post_grid = post_grid.update(logits=logits / grid_temperature, labels=batch["label"],
+                                   mask=batch["mask"])
     keep = _to_host(out["mask"])
     for name, score in out["scores"].items():
       samples.setdefault(name, []).append(_to_host(score)[keep])
@@ -232,8 +242,10 @@ def _stream_report_split(config, split, predict, variables, mesh, meta, temperat
       for name in ("probs_pre", "probs_post", "labels"):
         samples[name].append(_to_host(out[name])[keep][:take])
       num_plotted += len(samples["labels"][-1])
-  results = {name: acc.result(risks=risks, coverages=coverages)
-             for name, acc in (("pre", pre), ("post", post))}
+  accumulators = [("pre", pre), ("post", post)]
+  if grid_temperature is not None:
+    accumulators.append(("post_grid", post_grid))
+  results = {name: acc.result(risks=risks, coverages=coverages) for name, acc in accumulators}
   return results, {k: np.concatenate(v) for k, v in samples.items()}
 
 
@@ -317,8 +329,10 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
 
   Returns:
     The dict written to `metrics.json`: run identification, `fit` (temperature, p-norm and the
-    fit split's NLL before/after), `pre_temperature` and `post_temperature` (calibration and
-    MSP-selective metrics), `selective` (per confidence score), optional `context`, `files`.
+    fit split's NLL before/after; `temperature_grid` with `eval.temperature_grid`),
+    `pre_temperature` and `post_temperature` (calibration and MSP-selective metrics; also
+    `post_temperature_grid` at the grid temperature), `selective` (per confidence score),
+    optional `context`, `files`.
   """
   config_validation.validate(config, num_devices=len(devices) if devices else None)
   from calib_jax.training import loop
@@ -331,7 +345,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
   fit = fit_posthoc(config, predict, variables, mesh, meta)
   logging.info("Fitted on %s: T=%.3f, p=%s", fit["split"], fit["temperature"], fit["pnorm"])
   accumulated, samples = _stream_report_split(config, split, predict, variables, mesh, meta,
-                                              fit["temperature"], fit["pnorm"])
+                                              fit["temperature"], fit["pnorm"],
+                                              fit.get("temperature_grid"))
   segmentation = meta.task == "segmentation"
   results = {
       "dataset": config.dataset, "model": config.model, "loss": config.loss,
@@ -339,6 +354,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
       "fit": fit,
       "pre_temperature": _calibration_table(accumulated["pre"], segmentation),
       "post_temperature": _calibration_table(accumulated["post"], segmentation),
+      **({"post_temperature_grid": _calibration_table(accumulated["post_grid"], segmentation)}
+         if "post_grid" in accumulated else {}),
       "reliability": {k: accumulated["pre"][k] for k in
                       ("reliability_counts", "reliability_confidence", "reliability_accuracy")},
       "selective": _selective_tables(samples, config),

@@ -36,7 +36,8 @@ def train_size(config: ml_collections.ConfigDict, meta: Any) -> int:
   import tensorflow_datasets as tfds  # Deferred: slow import.
   options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
   builder = tfds.builder(options.get("tfds_name") or meta.tfds_name, data_dir=config.data_dir)
-  size = builder.info.splits[meta.train_split].num_examples
+  split = builders.split(config, "train")
+  size = builder.info.splits[meta.train_split if split == "train" else split].num_examples
   if options.get("max_examples"):
     size = min(size, int(options["max_examples"]))
   return int(size)
@@ -68,7 +69,8 @@ def example_input(config: ml_collections.ConfigDict) -> np.ndarray:
   """One real training input (its shape and dtype initialise the model); opening the pipeline
   also prepares locally built datasets on first use."""
   from calib_jax import data
-  dataset = data.make_dataset(config.dataset, "train", batch_size=1, train=False,
+  dataset = data.make_dataset(config.dataset, builders.split(config, "train"), batch_size=1,
+                              train=False,
                               data_dir=config.data_dir, **config.data_options.to_dict())
   batch = next(iter(dataset))
   return step_lib.model_input(batch)[:1]
@@ -125,7 +127,8 @@ def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
   if config.crl_weight > 0:
     options["return_index"] = True  # CRL keys its correctness history by example position
   return iter(data.make_dataset(
-      config.dataset, "train", batch_size=parallel.local_batch_size(config.batch_size),
+      config.dataset, builders.split(config, "train"),
+      batch_size=parallel.local_batch_size(config.batch_size),
       train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
       process_index=jax.process_index(), process_count=jax.process_count(), **options))
 

@@ -34,6 +34,7 @@ def make_schedule(
     boundaries_epochs: Sequence[float] = (),
     decay_factor: float = 0.1,
     poly_power: float = 0.9,
+    time_decay: float = 0.0,
 ) -> optax.Schedule:
   """Returns `step -> learning rate`.
 
@@ -50,6 +51,8 @@ def make_schedule(
     boundaries_epochs: multi-step boundaries, in epochs.
     decay_factor: multi-step factor.
     poly_power: exponent of the poly schedule.
+    time_decay: Keras-style inverse time decay on top of the schedule, `lr / (1 + time_decay ·
+      step)` (the `decay` argument of Keras' SGD, which the label-relaxation code uses; 0 = off).
   """
   if name not in SCHEDULES:
     raise ValueError(f"Unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
@@ -74,6 +77,8 @@ def make_schedule(
     lr = main(step)
     if warmup_steps > 0:
       lr = jnp.where(step < warmup_steps, base_lr * step / warmup_steps, lr)
+    if time_decay > 0:
+      lr = lr / (1.0 + time_decay * step)
     return jnp.asarray(lr, jnp.float32)
 
   return schedule
@@ -90,6 +95,7 @@ def schedule_from_config(config: Any, total_steps: int, steps_per_epoch: int) ->
       boundaries_epochs=tuple(config.lr_boundaries_epochs),
       decay_factor=config.lr_decay_factor,
       poly_power=config.poly_power,
+      time_decay=config.lr_time_decay,
   )
 
 

@@ -362,3 +362,26 @@ def test_imagenet_boxes_builder_and_eval_objectness(tmp_path):
   expected = data.objectness([[0.2, 0.2, 0.8, 0.8]], [lo, lo, hi, hi])
   assert batch["objectness"][first] == pytest.approx(expected, abs=1e-6)
   assert batch["objectness"][second] == 0.0  # no XML: no boxes
+
+
+_PREPARE_AND_READ = """
+import sys
+from calib_jax import data
+batches = list(data.make_dataset("digits", "test", batch_size=64, train=False,
+                                 data_dir=sys.argv[1], process_index=0, process_count=1))
+print(sum(int(b["mask"].sum()) for b in batches))
+"""
+
+
+def test_concurrent_processes_prepare_a_local_dataset_once(tmp_path):
+  """Two processes that find the same dataset unprepared both read it (one prepares, one waits)."""
+  import subprocess
+  import sys
+  procs = [subprocess.Popen([sys.executable, "-c", _PREPARE_AND_READ, str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+  outputs = [p.communicate(timeout=300) for p in procs]
+  for p, (out, err) in zip(procs, outputs):
+    assert p.returncode == 0, err[-2000:]
+  counts = {out.strip().splitlines()[-1] for out, _ in outputs}
+  assert len(counts) == 1 and int(counts.pop()) > 0

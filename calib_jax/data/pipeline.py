@@ -13,7 +13,9 @@ ones padded with ``mask=False`` examples) so that metrics summed over hosts are 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import math
+import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -183,13 +185,35 @@ def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: Pipeline
       raise FileNotFoundError(
           f"{spec.meta.name}: tfds dataset {tfds_name!r} is not prepared in "
           f"{builder.data_dir_root}. {spec.source.how_to_get}") from e
-  try:
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        manual_dir=opts.manual_dir, try_download_gcs=False))
-  except (AssertionError, FileNotFoundError) as e:
-    raise FileNotFoundError(f"{spec.meta.name}: cannot prepare {tfds_name!r} offline: {e}\n"
-                            f"{spec.source.how_to_get}") from e
+  builder = _prepare_once(tfds_name, data_dir, spec, opts)
   return builder.as_dataset(**kwargs), builder
+
+
+def _prepare_once(tfds_name: str, data_dir: str | None, spec: registry._Spec,
+                  opts: PipelineOptions):
+  """Prepares a locally built dataset, once, even when several processes ask at the same time.
+
+  Processes on one machine (data-parallel hosts, test workers, two users' jobs) can find the same
+  dataset unprepared together; tfds would then build it twice into the same directory and one
+  of them fails renaming its files. An exclusive file lock beside the dataset's directory makes
+  the others wait and then find it prepared.
+  """
+  builder = tfds.builder(tfds_name, data_dir=data_dir)
+  lock_path = builder.data_dir.rstrip(os.sep) + ".prepare.lock"
+  os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+  with open(lock_path, "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      builder = tfds.builder(tfds_name, data_dir=data_dir)  # Re-read: it may be prepared now.
+      if not builder.is_prepared():
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=opts.manual_dir, try_download_gcs=False))
+    except (AssertionError, FileNotFoundError) as e:
+      raise FileNotFoundError(f"{spec.meta.name}: cannot prepare {tfds_name!r} offline: {e}\n"
+                              f"{spec.source.how_to_get}") from e
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+  return builder
 
 
 def _static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:

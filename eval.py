@@ -28,4 +28,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

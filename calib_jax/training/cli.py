@@ -3,8 +3,13 @@
 Both programs take `--config=path.py[:variant]` (with `--config.field=value` overrides) and
 `--workdir`; defining them once lets both entry points live in one process (tests, notebooks).
 """
+import os
+import sys
+
 from absl import app, flags
 from ml_collections import config_flags
+
+from calib_jax.training import config as config_lib
 
 CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/default.py",
@@ -18,3 +23,34 @@ def workdir() -> str:
   if not WORKDIR.value:
     raise app.UsageError("--workdir is required")
   return WORKDIR.value
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """`app.run`'s flag parser with user mistakes as one line on stderr and exit status 1.
+
+  ml_collections raises a bare AttributeError (a traceback) for an override of a field the
+  config does not have, e.g. `--config.lr=0.1`; this names the field and the likely one.
+  """
+  try:
+    remaining = flags.FLAGS(argv)
+    # config_flags defers some load errors (a missing file) to the first attribute access.
+    CONFIG.value.keys()
+    return remaining
+  except (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError) as e:
+    sys.exit(f"{os.path.basename(argv[0])}: {_config_error_line(argv, e)}")
+
+
+def _config_error_line(argv: list[str], error: Exception) -> str:
+  """The one-line reason why `--config=` / `--config.*=` of `argv` failed to load."""
+  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  spec = specs[-1] if specs else CONFIG.default  # absl keeps the last --config=
+  try:
+    config = config_lib.load_config_file(spec)
+  except (config_lib.ConfigError, ValueError, OSError) as e:
+    return str(e).splitlines()[0]
+  for arg in argv[1:]:
+    if arg.startswith("--config."):
+      message = config_lib.unknown_field_message(config, arg[len("--config."):].split("=")[0])
+      if message:
+        return message
+  return (str(error).splitlines() or [type(error).__name__])[0]

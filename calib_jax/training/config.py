@@ -19,6 +19,7 @@ recipe says. Field groups:
 * `eval`: settings of eval.py (bins, p-norm candidates, selective-classification operating
   points, context-only evaluation).
 """
+import re
 from typing import Any
 
 import ml_collections
@@ -31,8 +32,23 @@ LOSS_VARIANTS = ("ce", "ls", "focal", "flsd", "ecp", "mbls", "mbls_m0", "acls", 
                  "cpc", "mmce", "lr")
 
 
+# Sub-dicts whose keys are free-form (passed through as keyword arguments); every other part of
+# the schema is locked, so a misspelt field raises where it is set instead of being ignored.
+FREE_FORM_FIELDS = ("splits", "data_options", "train_data_options", "model_kwargs",
+                    "loss_kwargs", "lr_multipliers")
+
+
+class ConfigError(ValueError):
+  """A config cannot be run; the message lists every problem."""
+
+
 def base_config() -> ml_collections.ConfigDict:
-  """All fields with their defaults (a small CNN on the offline generated dataset)."""
+  """All fields with their defaults (a small CNN on the offline generated dataset).
+
+  The returned config is locked (`ml_collections.ConfigDict.lock`): setting a field the schema
+  does not have raises, with ml_collections' "did you mean" hint; the free-form sub-dicts of
+  `FREE_FORM_FIELDS` stay open.
+  """
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.multihost = False
@@ -58,7 +74,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.crl_weight = 0.0
 
   # Length: num_train_steps if > 0, else num_epochs * steps_per_epoch; steps_per_epoch <= 0
-  # means ceil(train examples / batch_size).
+  # means floor(train examples per process / per-process batch): whole batches only.
   c.num_epochs = 1.0
   c.num_train_steps = -1
   c.steps_per_epoch = -1
@@ -107,7 +123,42 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.max_plot_samples = 20_000      # samples (pixels) drawn in the reliability diagram
   c.eval.context_eval = False         # also evaluate context-only (objects removed) images
   c.eval.max_examples = -1            # -1: the whole split
+  c.lock()
+  for field in FREE_FORM_FIELDS:
+    c[field].unlock()
   return c
+
+
+def _suggestions(name: str, fields: list[str]) -> list[str]:
+  """Fields a misspelt or abbreviated `name` may mean: close spellings, initials ('lr' ->
+  'learning_rate'), prefixes."""
+  import difflib
+  initials = [f for f in fields if "_" in f and "".join(w[0] for w in f.split("_")) == name]
+  close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
+  best = list(dict.fromkeys(initials + close))
+  if best:
+    return best[:3]
+  return [f for f in fields if f.startswith(name) and len(name) >= 2][:3]
+
+
+def unknown_field_message(config: ml_collections.ConfigDict, dotted: str) -> str | None:
+  """One line naming the first part of `dotted` (e.g. 'eval.num_binz') that `config` lacks, with
+  suggestions; None when every part exists."""
+  node, path = config, []
+  for part in dotted.split("."):
+    if not isinstance(node, ml_collections.ConfigDict):
+      return None
+    if part not in node:
+      name = ".".join(path + [part])
+      fields = sorted(node.keys())
+      hint = _suggestions(part, fields)
+      if hint:
+        return f"unknown config field {name!r}; did you mean {' or '.join(map(repr, hint))}?"
+      where = ".".join(path) or "the config"
+      return (f"unknown config field {name!r}; fields of {where}: "
+              f"{', '.join(fields) or '(none: free-form, set in the config file)'}")
+    node, path = node[part], path + [part]
+  return None
 
 
 def apply_loss_variant(config: ml_collections.ConfigDict, variant: str, *,
@@ -190,7 +241,30 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
 
   Args:
     spec: a config file path, optionally followed by `:arg` (the variant).
+
+  Raises:
+    ConfigError: the file sets a field the schema does not have (one line, with suggestions).
   """
   path, _, arg = spec.partition(":")
   module = load_config_module(path)
-  return module.get_config(arg) if arg else module.get_config()
+  try:
+    return module.get_config(arg) if arg else module.get_config()
+  except (AttributeError, KeyError) as e:
+    match = re.search(r'Key "([^"]+)" does not exist', str(e))
+    if match is None:
+      raise
+    name = match.group(1)
+    fields = sorted(set(_field_names(base_config())))
+    hint = _suggestions(name, fields)
+    hint_text = f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""
+    raise ConfigError(f"{path}: sets unknown config field {name!r}{hint_text}") from None
+
+
+def _field_names(config: ml_collections.ConfigDict) -> list[str]:
+  """Every field name of a config, at any depth (not the free-form sub-dicts' keys)."""
+  names = []
+  for key, value in config.items():
+    names.append(key)
+    if isinstance(value, ml_collections.ConfigDict) and key not in FREE_FORM_FIELDS:
+      names.extend(_field_names(value))
+  return names

@@ -1,0 +1,52 @@
+"""User mistakes in configs and overrides: one line on stderr, exit status 1, no traceback."""
+import os
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from calib_jax.training import config as config_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--config.lr=0.1"], "unknown config field 'lr'; did you mean 'learning_rate'?"),
+    (["--config.eval.num_binz=3"], "unknown config field 'eval.num_binz'; did you mean "
+                                   "'num_bins'?"),
+    (["--config.learning_rate=abc"], "could not convert string to float: 'abc'"),
+    (["--config=configs/no_such_file.py"], "config file 'configs/no_such_file.py' does not exist"),
+    (["--config=configs/default.py:bogus"], "Unknown config variant 'bogus'; valid: ce,"),
+])
+def test_train_py_reports_config_mistakes_in_one_line(args, expected, tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "train.py", "--config=configs/default.py", f"--workdir={tmp_path}", *args],
+      cwd=ROOT, capture_output=True, text=True, timeout=120,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  assert proc.returncode == 1
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("train.py:")]
+  assert len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+  assert not os.listdir(tmp_path)  # nothing was started
+
+
+def test_config_file_with_an_unknown_field_fails_where_it_is_set(tmp_path):
+  path = tmp_path / "typo.py"
+  path.write_text("from calib_jax.training.config import base_config\n"
+                  "def get_config():\n  c = base_config()\n  c.weight_decy = 0.1\n  return c\n")
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"sets unknown config field 'weight_decy'; did you mean "
+                           r"'weight_decay'\?"):
+    config_lib.load_config_file(str(path))
+
+
+def test_free_form_sub_dicts_stay_open_and_the_rest_is_locked():
+  config = config_lib.base_config()
+  config.model_kwargs.widths = (4, 8)
+  config.loss_kwargs = ml_collections.ConfigDict({"margin": 6.0})
+  config.splits.train = "train[:100]"
+  with pytest.raises(AttributeError):
+    config.eval.num_binz = 3
+  assert config_lib.unknown_field_message(config, "eval.num_bins") is None
+  assert "fields of eval" in config_lib.unknown_field_message(config, "eval.zzz")

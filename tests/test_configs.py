@@ -1,6 +1,5 @@
 """Every config in configs/ loads with each of its variants and resolves against the registries."""
 import glob
-import importlib.util
 import os
 
 import jax
@@ -17,10 +16,7 @@ SMOOTHING_VARIANTS = ("ce", "ls0.1", "ls0.3")
 
 
 def _module(path):
-  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return config_lib.load_config_module(path)
 
 
 def _variants(path):
@@ -118,3 +114,10 @@ def test_mbls_acls_recipes_clip_like_the_official_trainers(name, clip):
   path = os.path.join(CONFIG_DIR, f"{name}.py")
   for variant in _variants(path):
     assert config_lib.load_config_file(f"{path}:{variant}").grad_clip_norm == clip, variant
+
+
+def test_config_modules_load_once_under_readable_names():
+  path = os.path.join(CONFIG_DIR, "mnist_mlp.py")
+  module = config_lib.load_config_module(path)
+  assert module is config_lib.load_config_module(os.path.join(CONFIG_DIR, ".", "mnist_mlp.py"))
+  assert module.__name__ == "calib_jax_configs.mnist_mlp"

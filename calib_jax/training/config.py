@@ -222,18 +222,31 @@ def apply_smoothing_level(config: ml_collections.ConfigDict,
   return config
 
 
+_CONFIG_MODULES: dict[str, Any] = {}
+
+
 def load_config_module(path: str):
-  """Imports a config file as a module (e.g. to derive one recipe from another)."""
+  """The config file at `path` as a module, executed once per process (e.g. to derive one
+  recipe from another, or to read its `VARIANTS`).
+
+  Modules are named `calib_jax_configs.<file stem>` (tracebacks say which file), and cached by
+  real path, so a base recipe that several files derive from is run once.
+  """
   import importlib.util
   import os
 
   if not os.path.isfile(path):
     raise FileNotFoundError(f"config file {path!r} does not exist")
-  module_spec = importlib.util.spec_from_file_location(
-      f"_calib_jax_config_{abs(hash(os.path.abspath(path)))}", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module
+  key = os.path.realpath(path)
+  if key not in _CONFIG_MODULES:
+    stem = os.path.splitext(os.path.basename(key))[0]
+    taken = sum(1 for k in _CONFIG_MODULES if os.path.basename(k) == os.path.basename(key))
+    name = f"calib_jax_configs.{stem}" + (f"_{taken}" if taken else "")
+    module_spec = importlib.util.spec_from_file_location(name, key)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    _CONFIG_MODULES[key] = module
+  return _CONFIG_MODULES[key]
 
 
 def load_config_file(spec: str) -> ml_collections.ConfigDict:

@@ -18,7 +18,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   try:
     loop.train_and_evaluate(cli.CONFIG.value, cli.workdir())
-  except (config_validation.ConfigError, loop.NonFiniteLossError) as e:
+  except (config_validation.ConfigError, loop.NonFiniteLossError, FileNotFoundError) as e:
     logging.error("%s", e)
     sys.exit(f"train.py: {e}")
 

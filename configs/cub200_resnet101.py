@@ -8,8 +8,8 @@ default (`calib_jax.data.info('cub200').image_shape`).
 Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/trainer.py`,
 `clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
-Pre-trained weights cannot be downloaded here: pass a local file of ImageNet ResNet-101
-variables (`calib_jax.models.save_variables` format); the classifier `head` is re-initialised.
+Pre-trained weights are a file the config names: pass ImageNet ResNet-101 variables
+(`calib_jax.models.save_variables` format); the classifier `head` is re-initialised.
 
     python train.py --config=configs/cub200_resnet101.py:mbls --workdir=workdirs/cub_mbls \
         --config.pretrained=/path/to/resnet101_imagenet.msgpack

@@ -1,8 +1,8 @@
 """Test-wide settings.
 
 Eight fake CPU devices let the data-parallel tests run on a laptop or CI; it must be set before
-JAX is first imported, hence here. Downloads are impossible in this environment, so tfds must fail
-fast instead of retrying for minutes.
+JAX is first imported, hence here. Tests never touch the network
+(tests/test_data_download.py stands in for downloads).
 """
 import os
 

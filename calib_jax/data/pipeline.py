@@ -12,6 +12,7 @@ ones padded with ``mask=False`` examples) so that metrics summed over hosts are 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import math
@@ -19,6 +20,7 @@ import os
 from typing import Any, Iterator
 
 import numpy as np
+import requests
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -66,6 +68,11 @@ class PipelineOptions:
     prefetch: batches prefetched by tf.data.
     return_index: add 'index' int64 [B]: each example's position in the split (before host
       sharding), e.g. to key a per-example history such as CRL's; 0 on eval padding.
+    download: a tfds catalogue dataset (cifar10, mnist, caltech_birds2011, voc, ...) that is
+      not prepared in data_dir is downloaded and prepared on first use, as `tfds.load` does;
+      False fails at once instead.
+    download_retries: retries of each download request (tfds' own default is 10 with
+      exponential back-off, about 205 s before an offline machine gives up).
   """
   objectness: bool = False
   context_rate: float = 0.0
@@ -85,6 +92,8 @@ class PipelineOptions:
   tfds_name: str | None = None
   prefetch: int = 2
   return_index: bool = False
+  download: bool = True
+  download_retries: int = 3
 
   @classmethod
   def create(cls, meta: registry.DatasetMeta, options: dict[str, Any]) -> "PipelineOptions":
@@ -105,6 +114,9 @@ class PipelineOptions:
     name = meta.name
     if not 0.0 <= self.context_rate <= 1.0:
       raise ValueError(f"{name}: context_rate must be in [0, 1], got {self.context_rate}.")
+    if not isinstance(self.download_retries, int) or self.download_retries < 0:
+      raise ValueError(f"{name}: download_retries must be an int >= 0, got "
+                       f"{self.download_retries!r}.")
     box_opts = [k for k in ("objectness", "mask_variant", "remove_objects", "return_boxes")
                 if getattr(self, k)] + (["context_rate"] if self.context_rate > 0 else [])
     if box_opts and not meta.has_boxes:
@@ -181,10 +193,11 @@ def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: Pipeline
   except AssertionError as e:
     if "could not find data" not in str(e):
       raise
-    if spec.source.kind == "catalog":
+    if spec.source.kind == "catalog" and not opts.download:
       raise FileNotFoundError(
           f"{spec.meta.name}: tfds dataset {tfds_name!r} is not prepared in "
-          f"{builder.data_dir_root}. {spec.source.how_to_get}") from e
+          f"{builder.data_dir_root} and data_options.download is False. "
+          f"{spec.source.how_to_get}") from e
   builder = _prepare_once(tfds_name, data_dir, spec, opts)
   return builder.as_dataset(**kwargs), builder
 
@@ -206,14 +219,33 @@ def _prepare_once(tfds_name: str, data_dir: str | None, spec: registry._Spec,
     try:
       builder = tfds.builder(tfds_name, data_dir=data_dir)  # Re-read: it may be prepared now.
       if not builder.is_prepared():
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            manual_dir=opts.manual_dir, try_download_gcs=False))
+        with _download_retries(opts.download_retries):
+          builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+              manual_dir=opts.manual_dir, try_download_gcs=False))
     except (AssertionError, FileNotFoundError) as e:
-      raise FileNotFoundError(f"{spec.meta.name}: cannot prepare {tfds_name!r} offline: {e}\n"
+      raise FileNotFoundError(f"{spec.meta.name}: cannot prepare {tfds_name!r}: {e}\n"
                               f"{spec.source.how_to_get}") from e
+    except (OSError, requests.exceptions.RequestException) as e:
+      reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+      raise FileNotFoundError(
+          f"{spec.meta.name}: could not download tfds dataset {tfds_name!r} into "
+          f"{builder.data_dir_root} ({type(e).__name__}: {reason}). {spec.source.how_to_get}"
+      ) from e
     finally:
       fcntl.flock(lock, fcntl.LOCK_UN)
   return builder
+
+
+@contextlib.contextmanager
+def _download_retries(retries: int):
+  """Bounds tfds' per-request retries while we download (restored afterwards)."""
+  from tensorflow_datasets.core.download import downloader
+  previous = downloader.MAX_RETRIES
+  downloader.MAX_RETRIES = retries
+  try:
+    yield
+  finally:
+    downloader.MAX_RETRIES = previous
 
 
 def _static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:

@@ -60,7 +60,7 @@ class _Source:
   seg_key: str | None = None
   text_key: str | None = None
   label_map: str | None = None  # 'cityscapes': labelIds -> trainIds.
-  # 'catalog': tfds ships it (must be prepared elsewhere, no network here);
+  # 'catalog': in the tfds catalogue, downloaded and prepared on first use;
   # 'offline': our builder, prepared locally from installed files or a seed;
   # 'manual': prepared locally from archives in a manual dir.
   kind: Literal["catalog", "offline", "manual"] = "catalog"
@@ -103,9 +103,9 @@ def _meta(name, num_classes, image_shape, task, tfds_name, *, has_boxes=False,
                      mean=mean, std=std, tfds_name=tfds_name, vocab_size=vocab_size)
 
 
-_CATALOG_HINT = ("It is in the tfds catalogue but needs a download, which is impossible here: "
-                 "prepare it on a machine with network access (`tfds build {tfds}`) and copy "
-                 "the prepared folder into data_dir.")
+_CATALOG_HINT = ("It is in the tfds catalogue and is downloaded on first use; on a machine "
+                 "without network access, prepare it where there is one (`tfds build {tfds} "
+                 "--data_dir=DIR`) and copy DIR's {tfds}/ folder into data_dir.")
 
 # Mean/std of the generated and sklearn datasets were measured on their train splits
 # (tests/test_data_offline.py re-measures them).

@@ -53,8 +53,8 @@ def load_variables(path: Path, like: Tree | None = None) -> dict:
   resolved = _resolve(path)
   if not os.path.isfile(resolved):
     raise FileNotFoundError(f"no weight file at {resolved!r} (given {os.fspath(path)!r}); "
-                            "weights cannot be downloaded here, write them with "
-                            "calib_jax.models.weights.save_variables")
+                            "pass a file written by calib_jax.models.weights.save_variables "
+                            "(pretrained weights are files the config names)")
   with open(resolved, "rb") as f:
     try:
       restored = serialization.msgpack_restore(f.read())

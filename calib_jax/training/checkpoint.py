@@ -36,11 +36,11 @@ class Checkpointer:
       read_only: open an existing directory for restoring only (eval).
     """
     self.directory = checkpoint_dir(workdir)
-    if read_only:  # orbax would reset saving and retention options of a read-only manager.
-      options = ocp.CheckpointManagerOptions(read_only=True)
+    if read_only:  # Neither saves nor deletes; orbax warns about any interval or retention.
+      options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0)
     else:
-      # Only the interval decides, as `save_interval_steps` alone would not: orbax then also
-      # saves the first step of a fresh run (its InitialSavePolicy).
+      # orbax's interval policy alone: `save_interval_steps` would add its InitialSavePolicy,
+      # which also saves the first step of a fresh run.
       interval = ocp.checkpoint_managers.FixedIntervalPolicy(max(int(save_every_steps), 1))
       options = ocp.CheckpointManagerOptions(
           save_decision_policy=interval, max_to_keep=max_to_keep or None, create=True)

@@ -8,7 +8,7 @@ import pytest
 
 from calib_jax import data
 from calib_jax.training import checkpoint, config as config_lib, config_validation, loop
-from calib_jax.training import logging as log_lib
+from calib_jax.training import reporting
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -117,10 +117,10 @@ def test_resume_after_kill_and_after_stop_gives_same_final_state(tmp_path, monke
   resumed = loop.train_and_evaluate(tiny_config(), workdir)
   _assert_same_state(reference, resumed)
 
-  records = log_lib.read_metrics(workdir)
+  records = reporting.read_metrics(workdir)
   train_steps = [r["step"] for r in records if r["split"] == "train"]
   assert train_steps == [8, 14, 16, 24]  # Before dying at step 10, then the resumed runs.
-  saved = json.load(open(os.path.join(workdir, log_lib.CONFIG_FILE)))
+  saved = json.load(open(os.path.join(workdir, reporting.CONFIG_FILE)))
   assert saved["dataset"] == "digits" and saved["num_train_steps"] == 24
 
 

@@ -41,6 +41,42 @@ def test_poly_and_constant():
   np.testing.assert_allclose(_values(const, [0, 5, 9]), 0.05, rtol=1e-7)
 
 
+def _reference_lr(step: int, *, name: str, base_lr: float, total_steps: int,
+                  steps_per_epoch: int, warmup_epochs: float, boundaries_epochs: tuple,
+                  decay_factor: float, poly_power: float, time_decay: float) -> float:
+  """The schedule formulas in plain Python, as the hand-written schedules computed them."""
+  warmup = int(round(warmup_epochs * steps_per_epoch))
+  if warmup > 0 and step < warmup:
+    lr = base_lr * step / warmup
+  elif name == "constant":
+    lr = base_lr
+  elif name == "multistep":
+    passed = sum(step >= int(round(e * steps_per_epoch)) for e in boundaries_epochs)
+    lr = base_lr * decay_factor ** passed
+  else:
+    progress = min(max((step - warmup) / max(total_steps - warmup, 1), 0.0), 1.0)
+    if name == "cosine":
+      lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+      lr = base_lr * (1.0 - progress) ** poly_power
+  return lr / (1.0 + time_decay * step) if time_decay > 0 else lr
+
+
+@pytest.mark.parametrize("time_decay", [0.0, 2e-3])
+@pytest.mark.parametrize("warmup_epochs", [0.0, 1.5])
+@pytest.mark.parametrize("name", optim.SCHEDULES)
+def test_schedules_equal_reference_formulas(name, warmup_epochs, time_decay):
+  # A boundary inside the warm-up (epoch 1 = step 8 < 12), a repeated one, a fractional one.
+  settings = dict(name=name, base_lr=0.4, total_steps=80, steps_per_epoch=8,
+                  warmup_epochs=warmup_epochs, boundaries_epochs=(1, 3, 3, 6.5),
+                  decay_factor=0.2, poly_power=0.9, time_decay=time_decay)
+  steps = np.arange(90)  # Past the end of training too.
+  got = np.asarray(jax.jit(optim.make_schedule(**settings))(jnp.asarray(steps)))
+  expected = [_reference_lr(int(s), **settings) for s in steps]
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+  assert float(optim.make_schedule(**settings)(17)) == pytest.approx(expected[17], rel=1e-6)
+
+
 def test_unknown_names_list_valid_ones():
   with pytest.raises(ValueError, match="cosine"):
     optim.make_schedule(name="linear", base_lr=0.1, total_steps=1, steps_per_epoch=1)

@@ -6,7 +6,8 @@
 
 Modules: `config` (schema and paper variants), `config_validation`, `optim` (optimisers and
 schedules), `state` (TrainState), `parallel` (device mesh), `step` (jit-compiled steps),
-`crl` (correctness ranking loss), `checkpoint` (orbax), `logging`, `loop`, `evaluate`.
+`crl` (correctness ranking loss), `checkpoint` (orbax), `reporting` (progress line, metrics,
+TensorBoard), `loop`, `evaluate`.
 """
 import importlib
 

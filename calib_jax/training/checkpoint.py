@@ -1,10 +1,11 @@
 """Orbax checkpoints of the full training state, for exact resume.
 
 A checkpoint holds two items: `state` (the `TrainState` pytree: params, batch statistics,
-optimiser state, step, base RNG key, CRL history) and `meta` (JSON: the data position and the
-config, for people and for `eval.py`). Saves are asynchronous; `wait()` before reading them or
-exiting. Only finite states are ever passed to `save` (the loop checks first), so the newest
-checkpoint on disk is always a good one.
+optimiser state, step, base RNG key, CRL history) and `meta` (JSON written by the caller; the
+training loop stores the step, data position and epoch). The orbax `CheckpointManager` decides
+which steps are saved (a fixed interval) and how many are kept. Saves are asynchronous; `wait()`
+before reading them or exiting. Only finite states are ever passed to `save` (the loop checks
+first), so the newest checkpoint on disk is always a good one.
 """
 import os
 from typing import Any
@@ -35,9 +36,14 @@ class Checkpointer:
       read_only: open an existing directory for restoring only (eval).
     """
     self.directory = checkpoint_dir(workdir)
-    self._save_every_steps = max(int(save_every_steps), 1)
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep or None, create=not read_only, read_only=read_only)
+    if read_only:  # Neither saves nor deletes; orbax warns about any interval or retention.
+      options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0)
+    else:
+      # orbax's interval policy alone: `save_interval_steps` would add its InitialSavePolicy,
+      # which also saves the first step of a fresh run.
+      interval = ocp.checkpoint_managers.FixedIntervalPolicy(max(int(save_every_steps), 1))
+      options = ocp.CheckpointManagerOptions(
+          save_decision_policy=interval, max_to_keep=max_to_keep or None, create=True)
     self._manager = ocp.CheckpointManager(
         self.directory, options=options, item_names=("state", "meta"))
 
@@ -49,22 +55,21 @@ class Checkpointer:
     """Steps of all checkpoints on disk, ascending."""
     return sorted(self._manager.all_steps())
 
+  @staticmethod
+  def _save_args(state: Any, meta: dict[str, Any]) -> ocp.args.Composite:
+    return ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+
   def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-    """Starts an asynchronous save of `state` (and JSON `meta`) as checkpoint `step`."""
+    """Starts an asynchronous save of `state` (and JSON `meta`) as checkpoint `step`, whatever
+    the interval (the final save); a step already on disk is left as it is."""
     if step in self._manager.all_steps():
       return
-    self._manager.save(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                meta=ocp.args.JsonSave(meta)),
-        force=True)
+    self._manager.save(step, args=self._save_args(state, meta), force=True)
 
   def maybe_save(self, step: int, state: Any, meta: dict[str, Any]) -> bool:
-    """Saves when `step` is a multiple of `save_every_steps`; returns whether it did."""
-    if step % self._save_every_steps:
-      return False
-    self.save(step, state, meta)
-    return True
+    """Saves when the manager's policy says so (`step` a multiple of `save_every_steps` and
+    newer than the latest checkpoint); returns whether it did."""
+    return bool(self._manager.save(step, args=self._save_args(state, meta)))
 
   def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
     """Restores `(state, meta)` of checkpoint `step` (default: newest).

@@ -19,7 +19,7 @@ from absl import logging
 from calib_jax.training import builders
 from calib_jax.training import checkpoint as checkpoint_lib
 from calib_jax.training import config_validation, optim, parallel, step as step_lib
-from calib_jax.training import logging as log_lib
+from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
 
 
@@ -248,4 +248,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   finally:
     checkpointer.close()
     writer.close()
+    if progress is not None:
+      progress.close()
   return state

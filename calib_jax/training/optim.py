@@ -5,9 +5,9 @@ The papers' recipes were run in PyTorch, so the optimisers reproduce PyTorch's u
 Adam `weight_decay`), `adamw` uses decoupled decay (torch.optim.AdamW == optax.adamw). Gradient
 clipping acts on the raw gradient, before the decay term is added, as `clip_grad_norm_` does.
 
-Schedules are functions of the optimiser step. Epoch-valued settings (boundaries, warm-up) are
-converted with `steps_per_epoch`, so a multi-step schedule changes at the first step of the epoch
-where PyTorch's per-epoch `MultiStepLR` would.
+Schedules are optax schedules of the optimiser step. Epoch-valued settings (boundaries, warm-up)
+are converted with `steps_per_epoch`, so a multi-step schedule changes at the first step of the
+epoch where PyTorch's per-epoch `MultiStepLR` would.
 """
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,27 +57,34 @@ def make_schedule(
   if name not in SCHEDULES:
     raise ValueError(f"Unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
   warmup_steps = _epochs_to_steps(warmup_epochs, steps_per_epoch)
-  boundaries = jnp.asarray(
-      [_epochs_to_steps(e, steps_per_epoch) for e in boundaries_epochs], jnp.int32)
   decay_steps = max(total_steps - warmup_steps, 1)
-
-  def main(step):
-    if name == "constant":
-      return jnp.full((), base_lr, jnp.float32)
-    if name == "multistep":
-      num_passed = jnp.sum(step >= boundaries) if boundaries.size else 0
-      return base_lr * decay_factor ** num_passed
-    progress = jnp.clip((step - warmup_steps) / decay_steps, 0.0, 1.0)
-    if name == "cosine":
-      return base_lr * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
-    return base_lr * (1.0 - progress) ** poly_power
+  if name == "constant":
+    main = optax.constant_schedule(base_lr)
+  elif name == "multistep":
+    # join_schedules hands the main schedule the steps since the end of the warm-up, so the
+    # boundaries move back by the warm-up to stay at their absolute epochs (one that falls
+    # inside the warm-up is then already passed). Repeated boundaries multiply their factors.
+    scales: dict[int, float] = {}
+    for epochs in boundaries_epochs:
+      boundary = _epochs_to_steps(epochs, steps_per_epoch) - warmup_steps
+      scales[boundary] = scales.get(boundary, 1.0) * decay_factor
+    main = optax.piecewise_constant_schedule(base_lr, scales)
+  elif name == "cosine":
+    main = optax.cosine_decay_schedule(base_lr, decay_steps=decay_steps)
+  else:
+    poly = optax.polynomial_schedule(
+        init_value=base_lr, end_value=0.0, power=poly_power, transition_steps=decay_steps)
+    # From the end of the decay on, the constant end value: at that step XLA can fuse optax's
+    # `1 - count / transition_steps` into a slightly negative base, whose power is NaN.
+    main = optax.join_schedules([poly, optax.constant_schedule(0.0)], boundaries=[decay_steps])
+  if warmup_steps > 0:
+    warmup = optax.linear_schedule(0.0, base_lr, transition_steps=warmup_steps)
+    main = optax.join_schedules([warmup, main], boundaries=[warmup_steps])
 
   def schedule(step):
     step = jnp.asarray(step, jnp.int32)
     lr = main(step)
-    if warmup_steps > 0:
-      lr = jnp.where(step < warmup_steps, base_lr * step / warmup_steps, lr)
-    if time_decay > 0:
+    if time_decay > 0:  # optax has no inverse time decay on top of another schedule.
       lr = lr / (1.0 + time_decay * step)
     return jnp.asarray(lr, jnp.float32)
 
@@ -85,7 +92,7 @@ def make_schedule(
 
 
 def schedule_from_config(config: Any, total_steps: int, steps_per_epoch: int) -> optax.Schedule:
-  """`make_schedule` with the settings of a training config (see configs/default.py)."""
+  """`make_schedule` with the settings of a training config (`training.config.base_config`)."""
   return make_schedule(
       name=config.schedule,
       base_lr=config.learning_rate,
@@ -99,7 +106,8 @@ def schedule_from_config(config: Any, total_steps: int, steps_per_epoch: int) ->
   )
 
 
-def _scale_by_top_level_multiplier(multipliers: Mapping[str, float]) -> optax.GradientTransformation:
+def _scale_by_top_level_multiplier(
+    multipliers: Mapping[str, float]) -> optax.GradientTransformation:
   """Multiplies the updates of each top-level parameter subtree named in `multipliers`.
 
   Scaling the final update is exactly a per-group learning rate (PyTorch param groups), weight
@@ -164,7 +172,7 @@ def make_optimizer(
 
 
 def optimizer_from_config(config: Any, schedule: optax.Schedule) -> optax.GradientTransformation:
-  """`make_optimizer` with the settings of a training config (see configs/default.py)."""
+  """`make_optimizer` with the settings of a training config (`training.config.base_config`)."""
   return make_optimizer(
       name=config.optimizer,
       learning_rate=schedule,

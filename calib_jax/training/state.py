@@ -2,7 +2,7 @@
 
 The state holds arrays only (no functions), so orbax saves and restores it as one pytree and
 `jax.jit` can take it with a single sharding. The model's `apply` and the optimiser live in the
-train step's closure instead (see `loop.make_train_step`).
+train step's closure instead (see `step.make_train_step`).
 """
 from typing import Any
 

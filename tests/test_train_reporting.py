@@ -8,31 +8,67 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import tqdm.std
 
-from calib_jax.training import checkpoint, logging as log_lib, parallel, state as state_lib
+from calib_jax.training import checkpoint, parallel, reporting, state as state_lib
 
 
-def test_progress_line_reports_rate_and_eta():
-  bar = log_lib.ProgressBar(total_steps=100, start_step=10, stream=io.StringIO())
+class _Terminal(io.StringIO):
+  def isatty(self) -> bool:
+    return True
+
+
+@pytest.fixture
+def clock(monkeypatch):
+  """A manual clock for tqdm (it reads `time()` of its module when a bar opens)."""
+  now = [1000.0]
+  monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+  return now
+
+
+def test_progress_line_reports_rate_and_eta(clock):
+  stream = _Terminal()
+  bar = reporting.ProgressBar(total_steps=100, start_step=10, stream=stream)
   bar.update(10)  # First step of this process: the rate is measured from here.
-  first = bar._first_time
-  line = bar.line(30, "loss 1.0", now=first + 4.0)  # 20 steps in 4 s -> 5 steps/s, 70 left.
-  assert "30/100" in line and "5.00 steps/s" in line and "ETA 0:00:14" in line
-  assert line.endswith("loss 1.0")
-  assert "-- steps/s" in bar.line(10, now=first)
-  assert log_lib.format_duration(3725) == "1:02:05"
+  assert "10/100" in stream.getvalue() and "? steps/s" in stream.getvalue()
+  clock[0] += 4.0
+  bar.update(30, "loss 1.0")  # 20 steps in 4 s -> 5 steps/s, 70 left -> 14 s.
+  last = stream.getvalue().split("\r")[-1]
+  assert "30/100" in last and "5.00 steps/s" in last and "ETA 00:14" in last
+  assert last.rstrip().endswith("loss 1.0")
+  bar.close()
+  assert stream.getvalue().endswith("\n")
+
+
+def test_progress_throttles_on_files_and_prints_on_process_zero_only(clock, monkeypatch):
+  stream = io.StringIO()  # Not a terminal: at most one line per 30 s, each its own line.
+  bar = reporting.ProgressBar(total_steps=100, stream=stream)
+  for step in range(1, 61):
+    bar.update(step, f"loss {step}")
+    clock[0] += 1.0
+  bar.update(61, force=True)
+  bar.close()
+  lines = stream.getvalue().splitlines()
+  assert [line.split()[0] for line in lines] == ["1/100", "31/100", "61/100"]
+  assert "\r" not in stream.getvalue() and "1.00 steps/s" in lines[1]
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  quiet = io.StringIO()
+  other = reporting.ProgressBar(total_steps=10, stream=quiet)
+  other.update(1, force=True)
+  other.close()
+  assert quiet.getvalue() == ""
 
 
 def test_metric_writer_appends_jsonl_and_tensorboard_scalars(tmp_path):
   import tensorflow as tf
-  writer = log_lib.MetricWriter(str(tmp_path))
+  writer = reporting.MetricWriter(str(tmp_path))
   writer.write(5, "train", {"loss": np.float32(1.5), "accuracy": 0.25})
   writer.write(10, "val", {"ece": 0.125})
   writer.close()
-  assert log_lib.read_metrics(str(tmp_path)) == [
+  assert reporting.read_metrics(str(tmp_path)) == [
       {"step": 5, "split": "train", "loss": 1.5, "accuracy": 0.25},
       {"step": 10, "split": "val", "ece": 0.125}]
-  events = glob.glob(os.path.join(tmp_path, log_lib.TENSORBOARD_SUBDIR, "events.out.tfevents.*"))
+  events = glob.glob(os.path.join(tmp_path, reporting.TENSORBOARD_SUBDIR, "events.out.tfevents.*"))
   assert len(events) == 1
   scalars = {}
   for event in tf.compat.v1.train.summary_iterator(events[0]):

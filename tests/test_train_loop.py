@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from calib_jax import data
-from calib_jax.training import checkpoint, config as config_lib, config_validation, loop
+from calib_jax.training import builders, checkpoint, config as config_lib, config_validation, loop
 from calib_jax.training import reporting
 
 
@@ -172,5 +172,5 @@ def test_validation_lists_every_problem_and_catches_typos():
 
 def test_epoch_length_matches_training_stream():
   config = tiny_config(num_train_steps=-1, num_epochs=2.5, batch_size=64)
-  steps_per_epoch, total = loop.resolve_length(config, 1297)
+  steps_per_epoch, total = builders.resolve_length(config, 1297)
   assert (steps_per_epoch, total) == (1297 // 64, round(2.5 * (1297 // 64)))

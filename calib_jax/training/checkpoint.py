@@ -88,6 +88,29 @@ class Checkpointer:
     logging.info("Restored checkpoint %d from %s", step, self.directory)
     return restored["state"], dict(restored["meta"])
 
+  def restore_variables(self, abstract_variables: Any,
+                        step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restores only the model variables (`params`, `batch_stats`) of checkpoint `step`
+    (default: newest) and its meta: orbax's partial restore reads those arrays alone, so the
+    optimiser state's structure need not be known (eval, fine-tuning from a run).
+
+    Args:
+      abstract_variables: `{'params': ..., 'batch_stats'?: ...}` of `jax.ShapeDtypeStruct`
+        (with shardings), e.g. from `jax.eval_shape` of the model's init.
+      step: which checkpoint; None for the newest.
+    """
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No checkpoint in {self.directory}")
+    wanted = {k: v for k, v in abstract_variables.items() if v}  # no empty batch_stats
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+            item=wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
+            partial_restore=True),
+        meta=ocp.args.JsonRestore()))
+    logging.info("Restored the variables of checkpoint %d from %s", step, self.directory)
+    return dict(restored["state"]), dict(restored["meta"])
+
   def wait(self) -> None:
     """Blocks until pending asynchronous saves are on disk."""
     self._manager.wait_until_finished()

@@ -1,7 +1,8 @@
-"""The evaluation program behind `eval.py`, and the validation pass of the training loop.
+"""The evaluation program behind `eval.py`: the calibration report of a trained run.
 
 `evaluate_run(config, workdir, split='test')`:
-1. restores the newest (or a given) checkpoint's parameters and BatchNorm statistics;
+1. restores the newest (or a given) checkpoint's parameters and BatchNorm statistics, and
+   nothing else (no optimiser, no training set);
 2. on the fit split (`config.eval.fit_split`, the validation split by default) fits the
    temperature T (`posthoc.fit_temperature`, held-out NLL) and picks the logit-normalisation
    p (`posthoc.select_pnorm`, held-out AURC; None keeps MSP);
@@ -22,7 +23,6 @@
 import functools
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -30,12 +30,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
-from jax.experimental import multihost_utils
 
 from calib_jax import metrics, posthoc
 from calib_jax.training import builders
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import config_validation, optim, parallel, step as step_lib
+from calib_jax.training import config_validation, evaluators, parallel, step as step_lib
 
 RESULTS_FILE = "metrics.json"
 RELIABILITY_FILE = "reliability.png"
@@ -45,35 +44,11 @@ PREDICTIONS_FILE = "predictions.npz"
 CALIBRATION_KEYS = ("accuracy", "ece", "aece", "mce", "classwise_ece", "nll", "brier",
                     "average_confidence", "overconfidence", "underconfidence", "aurc", "eaurc",
                     "augrc")
-VALIDATION_KEYS = ("accuracy", "nll", "ece", "aece", "brier", "aurc")
 
 
 def eval_dir(workdir: str, split: str) -> str:
   """Where `evaluate_run` writes the results of `split`."""
   return os.path.join(workdir, f"eval_{split}")
-
-
-def _to_host(x: jax.Array) -> np.ndarray:
-  """The full value of a global array on this host (gathered across processes if needed)."""
-  if jax.process_count() > 1:
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-  return np.asarray(x)
-
-
-def eval_batches(config: ml_collections.ConfigDict, split: str, mesh: jax.sharding.Mesh,
-                 **extra_options: Any) -> Iterator[dict[str, jax.Array]]:
-  """One pass over a split as global batches (the last one padded, `mask` False there)."""
-  from calib_jax import data
-  options = {**config.data_options.to_dict(), **extra_options}
-  if config.eval.max_examples > 0:
-    options["max_examples"] = int(config.eval.max_examples)
-  stream = data.make_dataset(
-      config.dataset, builders.split(config, split),
-      batch_size=parallel.local_batch_size(config.eval_batch_size),
-      train=False, data_dir=config.data_dir, process_index=jax.process_index(),
-      process_count=jax.process_count(), **options)
-  for batch in stream:
-    yield parallel.to_global(batch, mesh)
 
 
 @functools.partial(jax.jit, static_argnames="num_pixels")
@@ -105,41 +80,18 @@ def _samples(logits, labels, mask, key, num_pixels):
 def restore_variables(config: ml_collections.ConfigDict, workdir: str, model,
                       mesh: jax.sharding.Mesh, example: np.ndarray,
                       step: int | None = None) -> tuple[dict[str, Any], int]:
-  """The model variables of a run's checkpoint (newest unless `step`) and its step."""
-  from calib_jax.training import loop  # Deferred: loop imports this module lazily too.
+  """The model variables (params, batch_stats) of a run's checkpoint (newest unless `step`) and
+  its step. Only those arrays are read: no optimiser is built and the training set is not
+  opened, so evaluation works whatever the optimiser settings are now."""
+  del config  # The variables' structure comes from the model alone.
   checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
   if checkpointer.latest_step() is None:
     raise FileNotFoundError(f"No checkpoint in {checkpointer.directory}; train first "
                             "(python train.py --config=... --workdir=...)")
-  # The optimiser only shapes the state to restore into; its schedule length is irrelevant.
-  tx = optim.optimizer_from_config(config, lambda s: config.learning_rate)
-  crl_size = loop.train_size(config, builders.dataset_meta(config)) if config.crl_weight else 0
-  abstract = loop.abstract_state(config, model, tx, example, mesh, crl_size)
-  state, meta = checkpointer.restore(abstract, step)
+  variables, meta = checkpointer.restore_variables(
+      builders.abstract_variables(model, example, mesh), step)
   checkpointer.close()
-  return state.variables(), int(meta["step"])
-
-
-def validation_metrics(config: ml_collections.ConfigDict, variables: dict[str, Any], predict,
-                       mesh: jax.sharding.Mesh, meta: Any, split: str = "val") -> dict[str, float]:
-  """Accuracy, NLL, ECE, AECE, Brier and AURC (and mIoU) of `variables` on `split`.
-
-  Args:
-    config: the run's config.
-    variables: model variables.
-    predict: `step.make_predict_fn(model, mesh)` (built once per run: it compiles).
-    mesh: the device mesh.
-    meta: the dataset's metadata.
-    split: which split.
-  """
-  acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
-                                      confusion=meta.task == "segmentation")
-  for batch in eval_batches(config, split, mesh):
-    acc = acc.update(logits=predict(variables, batch), labels=batch["label"],
-                     mask=batch["mask"])
-  result = acc.result(risks=(), coverages=())
-  keys = VALIDATION_KEYS + (("miou",) if meta.task == "segmentation" else ())
-  return {k: float(result[k]) for k in keys}
+  return variables, int(meta["step"])
 
 
 def fit_posthoc(config: ml_collections.ConfigDict, predict, variables, mesh, meta: Any
@@ -147,11 +99,11 @@ def fit_posthoc(config: ml_collections.ConfigDict, predict, variables, mesh, met
   """Fits the temperature and picks the p-norm on the fit split; returns them with context."""
   logits, labels, masks = [], [], []
   key = jax.random.key(config.seed)
-  for i, batch in enumerate(eval_batches(config, config.eval.fit_split, mesh)):
+  for i, batch in enumerate(evaluators.eval_batches(config, config.eval.fit_split, mesh)):
     out = _samples(predict(variables, batch), batch["label"], batch["mask"],
                    jax.random.fold_in(key, i), config.eval.fit_pixels_per_image)
     for store, value in zip((logits, labels, masks), out):
-      store.append(_to_host(value))
+      store.append(evaluators.to_host(value))
   logits, labels, mask = (np.concatenate(x) for x in (logits, labels, masks))
   logits, labels = logits[mask], labels[mask]
   temperature = posthoc.fit_temperature(logits, labels)
@@ -223,7 +175,7 @@ def _stream_report_split(config, split, predict, variables, mesh, meta, temperat
                                           "labels": []}
   key = jax.random.key(config.seed + 1)
   num_plotted = 0
-  for i, batch in enumerate(eval_batches(config, split, mesh)):
+  for i, batch in enumerate(evaluators.eval_batches(config, split, mesh)):
     logits = predict(variables, batch)
     out = _report_batch(logits, batch["label"], batch["mask"], jax.random.fold_in(key, i),
                         jnp.float32(temperature), num_pixels=config.eval.score_pixels_per_image,
@@ -233,14 +185,14 @@ def _stream_report_split(config, split, predict, variables, mesh, meta, temperat
     if grid_temperature is not None:
       post_grid = post_grid.update(logits=logits / grid_temperature, labels=batch["label"],
                                    mask=batch["mask"])
-    keep = _to_host(out["mask"])
+    keep = evaluators.to_host(out["mask"])
     for name, score in out["scores"].items():
-      samples.setdefault(name, []).append(_to_host(score)[keep])
-    samples["correct"].append(_to_host(out["correct"])[keep])
+      samples.setdefault(name, []).append(evaluators.to_host(score)[keep])
+    samples["correct"].append(evaluators.to_host(out["correct"])[keep])
     if num_plotted < config.eval.max_plot_samples:
       take = config.eval.max_plot_samples - num_plotted
       for name in ("probs_pre", "probs_post", "labels"):
-        samples[name].append(_to_host(out[name])[keep][:take])
+        samples[name].append(evaluators.to_host(out[name])[keep][:take])
       num_plotted += len(samples["labels"][-1])
   accumulators = [("pre", pre), ("post", post)]
   if grid_temperature is not None:
@@ -277,11 +229,11 @@ def _context_metrics(config, split, predict, variables, mesh, meta) -> dict[str,
   """Calibration on context-only images (all objects filled with the mean pixel)."""
   acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins, confusion=False)
   entropy_sum, count = 0.0, 0
-  for batch in eval_batches(config, split, mesh, remove_objects=True):
+  for batch in evaluators.eval_batches(config, split, mesh, remove_objects=True):
     logits = predict(variables, batch)
     acc = acc.update(logits=logits, labels=batch["label"], mask=batch["mask"])
-    mask = _to_host(batch["mask"])
-    entropy_sum += float(np.sum(-_to_host(posthoc.neg_entropy(logits))[mask]))
+    mask = evaluators.to_host(batch["mask"])
+    entropy_sum += float(np.sum(-evaluators.to_host(posthoc.neg_entropy(logits))[mask]))
     count += int(mask.sum())
   result = acc.result(risks=(), coverages=())
   out = {k: float(result[k]) for k in ("accuracy", "average_confidence", "ece", "nll")}
@@ -335,12 +287,11 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     optional `context`, `files`.
   """
   config_validation.validate(config, num_devices=len(devices) if devices else None)
-  from calib_jax.training import loop
   meta = builders.dataset_meta(config)
   mesh = parallel.make_mesh(devices)
   model = builders.build_model(config, meta)
   variables, ckpt_step = restore_variables(config, workdir, model, mesh,
-                                           loop.example_input(config), step)
+                                           builders.example_input(config), step)
   predict = step_lib.make_predict_fn(model, mesh)
   fit = fit_posthoc(config, predict, variables, mesh, meta)
   logging.info("Fitted on %s: T=%.3f, p=%s", fit["split"], fit["temperature"], fit["pnorm"])

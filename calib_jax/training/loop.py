@@ -18,98 +18,13 @@ from absl import logging
 
 from calib_jax.training import builders
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import config_validation, optim, parallel, step as step_lib
+from calib_jax.training import config_validation, evaluators, optim, parallel, step as step_lib
 from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
 
 
 class NonFiniteLossError(FloatingPointError):
   """The loss or gradient became NaN/inf; the message names the last good checkpoint."""
-
-
-def train_size(config: ml_collections.ConfigDict, meta: Any) -> int:
-  """Number of examples in the training split (after the `max_examples` option).
-
-  Read from the prepared tfds dataset's metadata; call after the data pipeline has been opened
-  once, which prepares locally built datasets.
-  """
-  import tensorflow_datasets as tfds  # Deferred: slow import.
-  options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
-  builder = tfds.builder(options.get("tfds_name") or meta.tfds_name, data_dir=config.data_dir)
-  split = builders.split(config, "train")
-  size = builder.info.splits[meta.train_split if split == "train" else split].num_examples
-  if options.get("max_examples"):
-    size = min(size, int(options["max_examples"]))
-  return int(size)
-
-
-def resolve_length(config: ml_collections.ConfigDict, num_train_examples: int) -> tuple[int, int]:
-  """Returns `(steps_per_epoch, total_steps)` of a run.
-
-  An epoch is what the training stream yields before reshuffling: whole global batches only,
-  each process reading its `1/process_count` shard of the examples.
-  """
-  if config.steps_per_epoch > 0:
-    steps_per_epoch = int(config.steps_per_epoch)
-  else:
-    per_process = num_train_examples // jax.process_count()
-    steps_per_epoch = per_process // parallel.local_batch_size(config.batch_size)
-    if steps_per_epoch < 1:
-      raise config_validation.ConfigError(
-          f"batch_size={config.batch_size} is larger than the {num_train_examples} training "
-          "examples")
-  if config.num_train_steps > 0:
-    total_steps = int(config.num_train_steps)
-  else:
-    total_steps = max(int(round(config.num_epochs * steps_per_epoch)), 1)
-  return steps_per_epoch, total_steps
-
-
-def example_input(config: ml_collections.ConfigDict) -> np.ndarray:
-  """One real training input (its shape and dtype initialise the model); opening the pipeline
-  also prepares locally built datasets on first use."""
-  from calib_jax import data
-  dataset = data.make_dataset(config.dataset, builders.split(config, "train"), batch_size=1,
-                              train=False,
-                              data_dir=config.data_dir, **config.data_options.to_dict())
-  batch = next(iter(dataset))
-  return step_lib.model_input(batch)[:1]
-
-
-def initial_variables(model, example: np.ndarray, config: ml_collections.ConfigDict,
-                      key: jax.Array) -> dict[str, Any]:
-  """Freshly initialised variables, overwritten with `config.pretrained` if given."""
-  variables = jax.jit(lambda k, x: model.init({"params": k}, x, train=False))(key, example)
-  variables = jax.device_get(variables)
-  if config.pretrained:
-    from calib_jax import models
-    variables = models.restore_pretrained(variables, models.load_variables(config.pretrained),
-                                          skip=tuple(config.pretrained_skip))
-    logging.info("Initialised from %s (kept fresh: %s)", config.pretrained,
-                 tuple(config.pretrained_skip))
-  return variables
-
-
-def build_state(config: ml_collections.ConfigDict, model, tx, example: np.ndarray,
-                mesh: jax.sharding.Mesh, crl_num_examples: int) -> state_lib.TrainState:
-  """The initial, replicated training state of a run (same for every process)."""
-  init_key, run_key = jax.random.split(jax.random.key(config.seed))
-  variables = initial_variables(model, example, config, init_key)
-  state = state_lib.create(variables, tx, run_key, crl_num_examples=crl_num_examples)
-  return parallel.replicate(state, mesh)
-
-
-def abstract_state(config: ml_collections.ConfigDict, model, tx, example: np.ndarray,
-                   mesh: jax.sharding.Mesh, crl_num_examples: int) -> state_lib.TrainState:
-  """Shapes, dtypes and shardings of the training state, without computing it (for restores)."""
-
-  def init():
-    variables = model.init({"params": jax.random.key(0)}, example, train=False)
-    return state_lib.create(variables, tx, jax.random.key(0), crl_num_examples=crl_num_examples)
-
-  sharding = parallel.replicated(mesh)
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
-                      jax.eval_shape(init))
 
 
 def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
@@ -171,9 +86,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   config_validation.validate(config, num_devices=len(devices) if devices else None)
 
   meta = builders.dataset_meta(config)
-  example = example_input(config)
-  num_train_examples = train_size(config, meta)
-  steps_per_epoch, total_steps = resolve_length(config, num_train_examples)
+  example = builders.example_input(config)
+  num_train_examples = builders.num_train_examples(config, meta)
+  steps_per_epoch, total_steps = builders.resolve_length(config, num_train_examples)
   mesh = parallel.make_mesh(devices)
   model = builders.build_model(config, meta)
   loss_fn = builders.build_loss(config)
@@ -187,11 +102,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       max_to_keep=config.keep_checkpoints)
   if checkpointer.latest_step() is not None:
     state, meta_ckpt = checkpointer.restore(
-        abstract_state(config, model, tx, example, mesh, crl_num_examples))
+        builders.abstract_state(config, model, tx, example, mesh, crl_num_examples))
     logging.info("Resuming at step %d (data position %d).", int(state.step),
                  meta_ckpt["data_position"])
   else:
-    state = build_state(config, model, tx, example, mesh, crl_num_examples)
+    state = builders.initial_state(config, model, tx, example, mesh, crl_num_examples)
   start_step = int(jax.device_get(state.step))
   if start_step >= total_steps:
     logging.info("Already trained for %d steps; nothing to do.", start_step)
@@ -203,8 +118,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                                crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
       mesh)
   train_iter = open_train_stream(config, start_step)
-  from calib_jax.training import evaluate  # Deferred: evaluate imports plotting.
-  predict = step_lib.make_predict_fn(model, mesh)
+  validation = evaluators.ValidationEvaluator(config, model, mesh, meta)
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
   eval_every = _eval_interval(config, steps_per_epoch)
@@ -238,7 +152,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                               f"lr {float(metrics['learning_rate']):.3g}",
                         force=done == stop_at)
       if eval_every > 0 and (done % eval_every == 0 or done == total_steps):
-        val = evaluate.validation_metrics(config, state.variables(), predict, mesh, meta)
+        val = validation.run(state.variables())
         writer.write(done, "val", val)
         logging.info("step %d val %s", done,
                      " ".join(f"{k}={v:.4f}" for k, v in val.items()))

@@ -48,7 +48,8 @@ class ProgressBar:
 
   def __init__(self, total_steps: int, start_step: int = 0, *, width: int = 30,
                stream: TextIO | None = None, min_interval_s: float | None = None):
-    """Args: total_steps, start_step (of a resumed run), width (characters of the bar),
+    """Args: total_steps, start_step (where a resumed run starts; the bar itself starts at
+    the step of the first `update`, one past it in the loop), width (characters of the bar),
     stream (default stderr), min_interval_s between redraws (default 0.5 s on a terminal,
     30 s when the stream is a file or pipe, where every redraw is a new line)."""
     self.total_steps = total_steps

@@ -95,3 +95,21 @@ def test_eval_saves_the_plotted_predictions(tmp_path):
   assert accuracy == pytest.approx(results["pre_temperature"]["accuracy"], abs=1e-6)
   # Temperature scaling keeps each sample's predicted class.
   np.testing.assert_array_equal(saved["probs_pre"].argmax(-1), saved["probs_post"].argmax(-1))
+
+
+def test_eval_reads_variables_only_whatever_the_optimiser_is_now(tmp_path):
+  """eval restores params/batch_stats alone: a config whose optimiser (hence optimiser-state
+  structure) changed after training still evaluates the trained weights, to the same numbers."""
+  config = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
+                       eval_batch_size=16, data_options=TINY_CLUTTER, optimizer="sgd")
+  config.eval.pnorm_candidates = (2,)
+  workdir = str(tmp_path / "run")
+  loop.train_and_evaluate(config, workdir)
+  before = evaluate.evaluate_run(config, workdir)
+  changed = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
+                        eval_batch_size=16, data_options=TINY_CLUTTER, optimizer="adam",
+                        crl_weight=1.0)  # Adam moments and a CRL history: another state shape
+  changed.eval.pnorm_candidates = (2,)
+  after = evaluate.evaluate_run(changed, workdir)
+  assert after["step"] == before["step"] == 2
+  assert after["pre_temperature"] == before["pre_temperature"]

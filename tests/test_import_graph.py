@@ -1,0 +1,81 @@
+"""The package has no import cycles (deferred imports inside functions included), and the
+training loop and the evaluation program never import each other."""
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "calib_jax")
+
+
+def _module_name(path):
+  rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+  return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def _graph():
+  modules = {}
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(folder, name)
+        modules[_module_name(path)] = path
+  graph = {}
+  for module, path in modules.items():
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+          base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] +
+                          ([base] if base else []))
+        names = [base] + [f"{base}.{a.name}" for a in node.names]
+      else:
+        continue
+      edges |= {n for n in names if n in modules and n != module}
+    graph[module] = edges
+  return graph
+
+
+def _cycle(graph):
+  state = {}
+
+  def visit(node, stack):
+    state[node] = "open"
+    for nxt in graph[node]:
+      # A package's __init__ importing its own submodules is how packages expose them.
+      if nxt.startswith(node + ".") or node.startswith(nxt + "."):
+        continue
+      if state.get(nxt) == "open":
+        return stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt]
+      if nxt not in state:
+        found = visit(nxt, stack + [nxt])
+        if found:
+          return found
+    state[node] = "done"
+    return None
+
+  for node in graph:
+    if node not in state:
+      found = visit(node, [node])
+      if found:
+        return found
+  return None
+
+
+def test_no_import_cycles():
+  assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()))
+
+
+def test_loop_and_evaluation_do_not_import_each_other():
+  graph = _graph()
+  assert "calib_jax.training.evaluate" not in graph["calib_jax.training.loop"]
+  assert "calib_jax.training.loop" not in graph["calib_jax.training.evaluate"]
+  assert "calib_jax.training.loop" not in graph["calib_jax.training.evaluators"]
+
+
+def test_the_cycle_check_finds_a_cycle():
+  assert _cycle({"m.a": {"m.b"}, "m.b": {"m.c"}, "m.c": {"m.a"}}) is not None
+  assert _cycle({"m.a": {"m.b"}, "m.b": set()}) is None

@@ -66,6 +66,10 @@ class Checkpointer:
       return
     self._manager.save(step, args=self._save_args(state, meta), force=True)
 
+  def should_save(self, step: int) -> bool:
+    """Whether the manager's policy saves `step` (the loop checks the state first)."""
+    return bool(self._manager.should_save(step))
+
   def maybe_save(self, step: int, state: Any, meta: dict[str, Any]) -> bool:
     """Saves when the manager's policy says so (`step` a multiple of `save_every_steps` and
     newer than the latest checkpoint); returns whether it did."""

@@ -23,6 +23,10 @@ from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
 
 
+# Steps whose metrics may wait on device before the loop reads them (bounds queued work).
+_MAX_PENDING_STEPS = 100
+
+
 class NonFiniteLossError(FloatingPointError):
   """The loss or gradient became NaN/inf; the message names the last good checkpoint."""
 
@@ -125,38 +129,56 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   stop_at = total_steps
   if config.stop_after_steps > 0:
     stop_at = min(total_steps, start_step + config.stop_after_steps)
-  history: list[dict[str, np.ndarray]] = []
+  history: list[dict[str, np.ndarray]] = []   # host metrics of the current logging window
+  pending: list[tuple[int, dict[str, jax.Array]]] = []  # (step, device metrics) not yet read
   last_log_time, last_log_step = time.monotonic(), start_step
+  status = ""
+
+  def read_pending() -> None:
+    """Reads the queued steps' metrics (one transfer) and stops at the first non-finite one,
+    before anything is saved: the newest checkpoint stays the last good state."""
+    nonlocal status
+    host = jax.device_get([m for _, m in pending])
+    for (done, _), metrics in zip(pending, host):
+      if not metrics["finite"]:
+        raise _non_finite_error(metrics, done, checkpointer)
+    history.extend(host)
+    pending.clear()
+    status = (f"loss {float(history[-1]['loss']):.4f} "
+              f"lr {float(history[-1]['learning_rate']):.3g}")
 
   try:
     for step in range(start_step, stop_at):
       batch = parallel.to_global(next(train_iter), mesh)
       state, metrics = train_step(state, batch)
-      # Reading the metrics blocks on this step: it is needed for the NaN check before any
-      # save, and sharded collectives on fake CPU devices can deadlock without it.
-      metrics = jax.device_get(metrics)
       done = step + 1
-      if not metrics["finite"]:
-        raise _non_finite_error(metrics, done, checkpointer)
-      history.append(metrics)
-      if done % config.log_every_steps == 0 or done == stop_at:
+      pending.append((done, metrics))
+      # Metrics stay on device between reads, so Python keeps dispatching steps ahead of the
+      # accelerator; they are read where a decision needs them (log, validation, checkpoint,
+      # end) and at least every _MAX_PENDING_STEPS to bound the work queued ahead.
+      log_now = done % config.log_every_steps == 0 or done == stop_at
+      eval_now = eval_every > 0 and (done % eval_every == 0 or done == total_steps)
+      save_now = checkpointer.should_save(done)
+      if log_now or eval_now or save_now or len(pending) >= _MAX_PENDING_STEPS:
+        read_pending()
+      if log_now:
         now = time.monotonic()
         summary = _mean_metrics(history)
         summary.pop("finite")
         summary["steps_per_sec"] = (done - last_log_step) / max(now - last_log_time, 1e-9)
         summary["epoch"] = done / steps_per_epoch
         writer.write(done, "train", summary)
-        history, last_log_time, last_log_step = [], now, done
+        history.clear()
+        last_log_time, last_log_step = now, done
       if progress is not None:
-        progress.update(done, f"loss {float(metrics['loss']):.4f} "
-                              f"lr {float(metrics['learning_rate']):.3g}",
-                        force=done == stop_at)
-      if eval_every > 0 and (done % eval_every == 0 or done == total_steps):
+        progress.update(done, status, force=done == stop_at)
+      if eval_now:
         val = validation.run(state.variables())
         writer.write(done, "val", val)
         logging.info("step %d val %s", done,
                      " ".join(f"{k}={v:.4f}" for k, v in val.items()))
-      checkpointer.maybe_save(done, state, _checkpoint_meta(done, steps_per_epoch))
+      if save_now:
+        checkpointer.save(done, state, _checkpoint_meta(done, steps_per_epoch))
     final = int(jax.device_get(state.step))
     checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
   finally:

@@ -267,6 +267,63 @@ def _save_predictions(out_dir: str, samples: dict[str, np.ndarray]) -> str:
   return path
 
 
+class CalibrationReport:
+  """The report of `eval.py` as an evaluator (see `evaluators`): built from the config once,
+  `run(variables)` returns the results dict and `write(out_dir)` the files of the last run.
+
+  `run` fits T (and the grid T with `eval.temperature_grid`) and the p-norm on the fit split,
+  streams the report split through the PreT / PosT accumulators, computes the selective tables
+  per confidence score and, with `eval.context_eval`, the context-only metrics.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, model, mesh: jax.sharding.Mesh,
+               meta: Any, split: str = "test"):
+    self.config, self.mesh, self.meta, self.split = config, mesh, meta, split
+    self.predict = step_lib.make_predict_fn(model, mesh)
+    self._samples: dict[str, np.ndarray] | None = None
+    self._fit: dict[str, Any] | None = None
+
+  def run(self, variables: dict[str, Any]) -> dict[str, Any]:
+    """Every number of the report for `variables` (JSON-able)."""
+    config, meta, split = self.config, self.meta, self.split
+    fit = fit_posthoc(config, self.predict, variables, self.mesh, meta)
+    logging.info("Fitted on %s: T=%.3f, p=%s", fit["split"], fit["temperature"], fit["pnorm"])
+    accumulated, samples = _stream_report_split(
+        config, split, self.predict, variables, self.mesh, meta, fit["temperature"],
+        fit["pnorm"], fit.get("temperature_grid"))
+    segmentation = meta.task == "segmentation"
+    results = {
+        "dataset": config.dataset, "model": config.model, "loss": config.loss,
+        "loss_kwargs": config.loss_kwargs.to_dict(), "split": split,
+        "fit": fit,
+        "pre_temperature": _calibration_table(accumulated["pre"], segmentation),
+        "post_temperature": _calibration_table(accumulated["post"], segmentation),
+        **({"post_temperature_grid": _calibration_table(accumulated["post_grid"],
+                                                         segmentation)}
+           if "post_grid" in accumulated else {}),
+        "reliability": {k: accumulated["pre"][k] for k in
+                        ("reliability_counts", "reliability_confidence",
+                         "reliability_accuracy")},
+        "selective": _selective_tables(samples, config),
+        "selective_num_samples": int(samples["correct"].shape[0]),
+    }
+    if config.eval.context_eval:
+      results["context"] = _context_metrics(config, split, self.predict, variables, self.mesh,
+                                            meta)
+    self._samples, self._fit = samples, fit
+    return _jsonable(results)
+
+  def write(self, out_dir: str) -> dict[str, str]:
+    """Plots and `predictions.npz` of the last `run` into `out_dir`; returns their paths."""
+    if self._samples is None:
+      raise RuntimeError("CalibrationReport.write needs a run() first")
+    os.makedirs(out_dir, exist_ok=True)
+    files = _plots(out_dir, self._samples, self._fit["temperature"], self._fit["pnorm"],
+                   self.config)
+    files["predictions"] = _save_predictions(out_dir, self._samples)
+    return files
+
+
 def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
                  step: int | None = None,
                  devices: list[jax.Device] | None = None) -> dict[str, Any]:
@@ -292,37 +349,13 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
   model = builders.build_model(config, meta)
   variables, ckpt_step = restore_variables(config, workdir, model, mesh,
                                            builders.example_input(config), step)
-  predict = step_lib.make_predict_fn(model, mesh)
-  fit = fit_posthoc(config, predict, variables, mesh, meta)
-  logging.info("Fitted on %s: T=%.3f, p=%s", fit["split"], fit["temperature"], fit["pnorm"])
-  accumulated, samples = _stream_report_split(config, split, predict, variables, mesh, meta,
-                                              fit["temperature"], fit["pnorm"],
-                                              fit.get("temperature_grid"))
-  segmentation = meta.task == "segmentation"
-  results = {
-      "dataset": config.dataset, "model": config.model, "loss": config.loss,
-      "loss_kwargs": config.loss_kwargs.to_dict(), "split": split, "step": ckpt_step,
-      "fit": fit,
-      "pre_temperature": _calibration_table(accumulated["pre"], segmentation),
-      "post_temperature": _calibration_table(accumulated["post"], segmentation),
-      **({"post_temperature_grid": _calibration_table(accumulated["post_grid"], segmentation)}
-         if "post_grid" in accumulated else {}),
-      "reliability": {k: accumulated["pre"][k] for k in
-                      ("reliability_counts", "reliability_confidence", "reliability_accuracy")},
-      "selective": _selective_tables(samples, config),
-      "selective_num_samples": int(samples["correct"].shape[0]),
-  }
-  if config.eval.context_eval:
-    results["context"] = _context_metrics(config, split, predict, variables, mesh, meta)
-  out_dir = eval_dir(workdir, split)
+  report = CalibrationReport(config, model, mesh, meta, split)
+  results = {"step": ckpt_step, **report.run(variables)}
   if jax.process_index() == 0:
-    os.makedirs(out_dir, exist_ok=True)
-    results["files"] = _plots(out_dir, samples, fit["temperature"], fit["pnorm"], config)
-    results["files"]["predictions"] = _save_predictions(out_dir, samples)
-    results = _jsonable(results)
-    with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
+    results["files"] = report.write(eval_dir(workdir, split))
+    with open(os.path.join(eval_dir(workdir, split), RESULTS_FILE), "w") as f:
       json.dump(results, f, indent=2, sort_keys=True)
-  return _jsonable(results)
+  return results
 
 
 def format_table(results: dict[str, Any]) -> str:

@@ -112,12 +112,12 @@ def test_fine_tune_from_an_imported_file(tmp_path):
                                models.import_torch("resnet18", state))
   config = config_lib.base_config()
   config.update(dict(dataset="digits", model="resnet18", pretrained=path,
-                     pretrained_skip=("head",), batch_size=16, eval_batch_size=64,
-                     num_train_steps=3, learning_rate=0.01, warmup_epochs=0.0,
-                     checkpoint_every_steps=3, keep_checkpoints=0, log_every_steps=3,
+                     pretrained_skip=("head",), batch_size=8, eval_batch_size=256,
+                     num_train_steps=2, learning_rate=0.01, warmup_epochs=0.0,
+                     checkpoint_every_steps=2, keep_checkpoints=0, log_every_steps=2,
                      eval_every_steps=0, progress_bar=False, tensorboard=False))
-  config.data_options.image_size = 32
+  config.data_options.image_size = 16
   state_out = loop.train_and_evaluate(config, str(tmp_path / "work"), devices=jax.devices()[:1])
   params = jax.device_get(state_out.params)
   assert params["head"]["kernel"].shape == (512, 10)
-  assert int(jax.device_get(state_out.step)) == 3
+  assert int(jax.device_get(state_out.step)) == 2

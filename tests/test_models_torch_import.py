@@ -6,6 +6,7 @@ same weights are redrawn from the seed, so no torch is needed.
 """
 import json
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +84,23 @@ def test_safetensors_round_trip(tmp_path):
   from_file = models.import_torch("resnet18", path)
   from_dict = models.import_torch("resnet18", state)
   jax.tree.map(np.testing.assert_array_equal, from_file, from_dict)
+
+
+def test_pth_file_without_torch_says_what_to_do(tmp_path, monkeypatch):
+  path = tmp_path / "r18.pth"
+  path.write_bytes(b"")
+  monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+  with pytest.raises(ImportError, match="needs torch.*safetensors"):
+    models.import_torch("resnet18", path)
+
+
+def test_pth_round_trip(tmp_path):
+  torch = pytest.importorskip("torch")
+  state = _resnet18_state()
+  path = str(tmp_path / "r18.pth")
+  torch.save({k: torch.from_numpy(v) for k, v in state.items()}, path)
+  from_file = models.import_torch("resnet18", path)
+  jax.tree.map(np.testing.assert_array_equal, from_file, models.import_torch("resnet18", state))
 
 
 def test_head_of_another_class_count_is_dropped_and_restored_fresh():

@@ -48,7 +48,7 @@ def _read_state_dict(source: Path | StateDict) -> dict[str, np.ndarray]:
                           ".safetensors (safetensors.torch.save_file) on a machine with torch")
       state = torch.load(path, map_location="cpu", weights_only=True)
     else:
-      raise ValueError(f"{path!r}: expected a .safetensors, .pth or .pt file")
+      raise ValueError(f"{path!r}: expected a .safetensors, .pth, .pt or .bin file")
   for wrapper in ("state_dict", "model"):  # training checkpoints wrap the state dict
     if set(state) == {wrapper} and isinstance(state[wrapper], Mapping):
       state = dict(state[wrapper])

@@ -176,18 +176,17 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
   from calib_jax import models  # late: calib_jax.models imports this module
   state = _read_state_dict(path_or_state_dict)
   if re.fullmatch(r"resnet\d+", name):
-    rules, head_key, image_size, num_heads = _RESNET_MODULES, "fc.weight", 64, None
+    rules, head_key = _RESNET_MODULES, "fc.weight"
   elif re.fullmatch(r"vit_(ti|s|b)16", name):
-    rules, head_key, num_heads = _VIT_MODULES, "head.weight", None
-    image_size = None
+    rules, head_key = _VIT_MODULES, "head.weight"
   else:
     raise ValueError(f"import_torch supports resnet18/34/50/101/152 and vit_ti16/s16/b16, got "
                      f"{name!r} (DeepLab: import the ResNet, then models.restore_pretrained)")
   file_classes = state[head_key].shape[0] if head_key in state else None
   keep_head = num_classes is None or num_classes == file_classes
   model = models.get(name, num_classes or file_classes or 1, **dict(model_kwargs or {}))
-  if image_size is None:
-    image_size, num_heads = model.image_size, model.num_heads
+  image_size = getattr(model, "image_size", 64)  # a ResNet's tree is the same at any size
+  num_heads = getattr(model, "num_heads", None)
   first_conv = state.get("conv1.weight", state.get("patch_embed.proj.weight"))
   channels = first_conv.shape[1] if first_conv is not None and first_conv.ndim == 4 else 3
   x = jax.ShapeDtypeStruct((1, image_size, image_size, channels), np.float32)

@@ -26,16 +26,18 @@ from calib_jax.models import mlp
 from calib_jax.models import resnet
 from calib_jax.models import small_cnn
 from calib_jax.models import text_cnn
+from calib_jax.models import torch_import
 from calib_jax.models import vgg
 from calib_jax.models import vit
 from calib_jax.models import weights
 from calib_jax.models.layers import param_count
+from calib_jax.models.torch_import import import_torch
 from calib_jax.models.weights import load_variables
 from calib_jax.models.weights import restore_pretrained
 from calib_jax.models.weights import save_variables
 
 __all__ = ["get", "names", "valid_kwargs", "param_count", "save_variables", "load_variables",
-           "restore_pretrained"]
+           "restore_pretrained", "import_torch"]
 
 _NOT_CONFIGURABLE = ("parent", "name", "num_classes")
 

@@ -1,8 +1,9 @@
 """Local weight files: save / load model variables and restore pretrained subtrees for fine-tuning.
 
-Nothing can be downloaded at run time, so pretrained weights (e.g. an ImageNet ResNet-50 for
-CUB-200 or DeepLab) are files named in the config. The format is flax's msgpack serialisation of
-the variables dict ({'params': ..., 'batch_stats': ...}).
+Pretrained weights (e.g. an ImageNet ResNet-50 for CUB-200 or DeepLab) are files the config
+names. The format is flax's msgpack serialisation of the variables dict ({'params': ...,
+'batch_stats': ...}); torchvision / timm state dicts convert into it with
+`calib_jax.models.torch_import.import_torch` (then `save_variables`).
 """
 import os
 from typing import Any, Iterable, Mapping, Sequence

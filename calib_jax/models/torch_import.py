@@ -1,0 +1,254 @@
+"""PyTorch state dicts (torchvision ResNets, timm ViTs) converted into calib_jax variables.
+
+    variables = calib_jax.models.import_torch("resnet50", "resnet50.pth")
+    calib_jax.models.save_variables("resnet50.msgpack", variables)  # then config.pretrained=...
+
+Supported layouts:
+* resnet18 / 34 / 50 / 101 / 152: torchvision's `resnet*` state dict (`conv1`, `bn1`,
+  `layer{1..4}.{i}.{conv,bn}{1..3}`, `downsample.{0,1}`, `fc`). Convolutions OIHW -> HWIO,
+  BatchNorm weight/bias -> params scale/bias and running_mean/var -> batch_stats mean/var
+  (`num_batches_tracked` is ignored), `fc` -> 'head' transposed.
+* vit_ti16 / vit_s16 / vit_b16: timm's `vit_{tiny,small,base}_patch16_224` (`patch_embed.proj`,
+  `cls_token`, `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`,
+  `norm`, `head`); `attn.qkv` is split into query/key/value and heads.
+DeepLab models share the ResNet's 'backbone' subtree: import the ImageNet ResNet and put it into
+the DeepLab with `restore_pretrained` (config.pretrained); torchvision's DeepLab heads are not
+converted.
+"""
+import json
+import os
+import re
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+from flax import traverse_util
+
+Path = str | os.PathLike
+StateDict = Mapping[str, Any]
+_MAX_LISTED = 20
+
+
+def _read_state_dict(source: Path | StateDict) -> dict[str, np.ndarray]:
+  """Reads a .safetensors or .pth/.pt file, or takes a mapping; returns name -> numpy array."""
+  if isinstance(source, Mapping):
+    state = dict(source)
+  else:
+    path = os.path.abspath(os.path.expanduser(os.fspath(source)))
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"no PyTorch weight file at {path!r}")
+    if path.endswith(".safetensors"):
+      from safetensors import numpy as safetensors_numpy
+      state = safetensors_numpy.load_file(path)
+    elif path.endswith((".pth", ".pt", ".bin")):
+      try:
+        import torch
+      except ImportError:
+        raise ImportError(f"reading {path!r} needs torch; install it, or convert the file to "
+                          ".safetensors (safetensors.torch.save_file) on a machine with torch")
+      state = torch.load(path, map_location="cpu", weights_only=True)
+    else:
+      raise ValueError(f"{path!r}: expected a .safetensors, .pth, .pt or .bin file")
+  for wrapper in ("state_dict", "model"):  # training checkpoints wrap the state dict
+    if set(state) == {wrapper} and isinstance(state[wrapper], Mapping):
+      state = dict(state[wrapper])
+  return {k: _to_numpy(v) for k, v in state.items()}
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+  if hasattr(value, "detach"):  # a torch tensor; bfloat16 has no numpy dtype
+    value = value.detach().cpu()
+    if value.is_floating_point():
+      value = value.float()
+    return value.numpy()
+  return np.asarray(value)
+
+
+# Each rule maps a torch module prefix (regex) to our module path.
+_RESNET_MODULES: list[tuple[str, Callable[[re.Match], str]]] = [
+    (r"conv1", lambda m: "backbone/stem_conv"),
+    (r"bn1", lambda m: "backbone/stem_bn"),
+    (r"layer(\d)\.(\d+)\.(conv\d|bn\d)",
+     lambda m: f"backbone/stage{m[1]}_block{m[2]}/{m[3]}"),
+    (r"layer(\d)\.(\d+)\.downsample\.([01])",
+     lambda m: f"backbone/stage{m[1]}_block{m[2]}/downsample_{('conv', 'bn')[int(m[3])]}"),
+    (r"fc", lambda m: "head"),
+]
+
+_VIT_MODULES: list[tuple[str, Callable[[re.Match], str]]] = [
+    (r"patch_embed\.proj", lambda m: "patch_embedding"),
+    (r"blocks\.(\d+)\.(norm1|norm2)", lambda m: f"encoderblock_{m[1]}/{m[2]}"),
+    (r"blocks\.(\d+)\.attn\.qkv", lambda m: f"encoderblock_{m[1]}/attention/qkv"),
+    (r"blocks\.(\d+)\.attn\.proj", lambda m: f"encoderblock_{m[1]}/attention/out"),
+    (r"blocks\.(\d+)\.mlp\.(fc1|fc2)", lambda m: f"encoderblock_{m[1]}/mlp/{m[2]}"),
+    (r"norm", lambda m: "encoder_norm"),
+    (r"head", lambda m: "head"),
+]
+
+
+def _convert_leaf(module: str, kind: str, value: np.ndarray) -> dict[str, np.ndarray] | None:
+  """Our ('collection/module/name' -> array) entries for one torch tensor; None if unknown."""
+  if kind == "weight" and value.ndim == 4:
+    return {f"params/{module}/kernel": value.transpose(2, 3, 1, 0)}  # OIHW -> HWIO
+  if kind == "weight" and value.ndim == 2:
+    return {f"params/{module}/kernel": value.T}
+  if kind == "weight" and value.ndim == 1:
+    return {f"params/{module}/scale": value}
+  if kind == "bias":
+    return {f"params/{module}/bias": value}
+  if kind == "running_mean":
+    return {f"batch_stats/{module}/mean": value}
+  if kind == "running_var":
+    return {f"batch_stats/{module}/var": value}
+  return None
+
+
+def _split_attention(entries: dict[str, np.ndarray], origin: dict[str, str],
+                     num_heads: int) -> dict[str, np.ndarray]:
+  """timm's fused qkv [3D, D] and proj [D, D] -> query/key/value [D, H, D/H], out [H, D/H, D]."""
+  out = {}
+  for path, value in entries.items():
+    if "/attention/qkv/" in path:
+      for part, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=-1)):
+        name = path.replace("/qkv/", f"/{part}/")
+        origin[name] = origin[path]
+        out[name] = chunk.reshape(chunk.shape[:-1] + (num_heads, -1))
+    elif "/attention/out/kernel" in path:
+      out[path] = value.reshape(num_heads, -1, value.shape[-1])
+    else:
+      out[path] = value
+  return out
+
+
+def _convert(state: dict[str, np.ndarray], rules: list,
+             origin: dict[str, str]) -> tuple[dict[str, np.ndarray], list]:
+  """Our path -> array for every recognised tensor (`origin`: our path -> torch key), and the
+  torch keys no rule recognises."""
+  converted, unused = {}, []
+  for key, value in state.items():
+    if key.endswith("num_batches_tracked"):
+      continue
+    if key in ("cls_token", "pos_embed"):
+      path = {"cls_token": "params/cls_token", "pos_embed": "params/pos_embedding"}[key]
+      converted[path], origin[path] = value, key
+      continue
+    prefix, _, kind = key.rpartition(".")
+    for pattern, target in rules:
+      match = re.fullmatch(pattern, prefix)
+      if match:
+        leaves = _convert_leaf(target(match), kind, value)
+        if leaves is not None:
+          converted.update(leaves)
+          origin.update(dict.fromkeys(leaves, key))
+          break
+    else:
+      unused.append(key)
+  return converted, unused
+
+
+def _listing(items: list[str]) -> str:
+  more = f", ... and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
+  return ", ".join(items[:_MAX_LISTED]) + more
+
+
+def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
+                 num_classes: int | None = None,
+                 model_kwargs: Mapping[str, Any] | None = None) -> dict:
+  """Converts a torchvision ResNet / timm ViT state dict into variables of model `name`.
+
+  Args:
+    name: resnet18/34/50/101/152 or vit_ti16/vit_s16/vit_b16.
+    path_or_state_dict: a .safetensors file, a .pth/.pt file (needs torch), or a mapping of
+      tensor name -> array.
+    num_classes: classes of the model the variables are for; None takes the file's head. With
+      another count the head is dropped from the result, so `restore_pretrained(fresh, result)`
+      (config.pretrained with pretrained_skip=('head',)) keeps the fresh head for fine-tuning.
+    model_kwargs: other `models.get` options of the target model (e.g. image_size for a ViT).
+
+  Returns:
+    {'params': ..., 'batch_stats': ...} (ResNets) or {'params': ...} (ViTs), numpy float32
+    leaves, with the 'head' subtree absent when num_classes differs from the file's.
+
+  Raises:
+    ValueError: an unsupported model, or the state dict does not match the model: one message
+      listing the missing tensors, the unused ones and the shape mismatches.
+  """
+  from calib_jax import models  # late: calib_jax.models imports this module
+  state = _read_state_dict(path_or_state_dict)
+  if re.fullmatch(r"resnet\d+", name):
+    rules, head_key = _RESNET_MODULES, "fc.weight"
+  elif re.fullmatch(r"vit_(ti|s|b)16", name):
+    rules, head_key = _VIT_MODULES, "head.weight"
+  else:
+    raise ValueError(f"import_torch supports resnet18/34/50/101/152 and vit_ti16/s16/b16, got "
+                     f"{name!r} (DeepLab: import the ResNet, then models.restore_pretrained)")
+  file_classes = state[head_key].shape[0] if head_key in state else None
+  keep_head = num_classes is None or num_classes == file_classes
+  model = models.get(name, num_classes or file_classes or 1, **dict(model_kwargs or {}))
+  image_size = getattr(model, "image_size", 64)  # a ResNet's tree is the same at any size
+  num_heads = getattr(model, "num_heads", None)
+  first_conv = state.get("conv1.weight", state.get("patch_embed.proj.weight"))
+  channels = first_conv.shape[1] if first_conv is not None and first_conv.ndim == 4 else 3
+  x = jax.ShapeDtypeStruct((1, image_size, image_size, channels), np.float32)
+  expected = {"/".join(k): v for k, v in traverse_util.flatten_dict(
+      jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)).items()}
+
+  origin: dict[str, str] = {}
+  converted, unused = _convert(state, rules, origin)
+  if num_heads:
+    converted = _split_attention(converted, origin, num_heads)
+  if not keep_head:
+    converted = {k: v for k, v in converted.items() if not k.startswith("params/head/")}
+    expected = {k: v for k, v in expected.items() if not k.startswith("params/head/")}
+  missing = sorted(k for k in expected if k not in converted)
+  unused += sorted({origin[k] for k in converted if k not in expected})
+  mismatched = [f"{origin[k]} -> {k}: file {tuple(v.shape)}, model {tuple(expected[k].shape)}"
+                for k, v in converted.items()
+                if k in expected and tuple(v.shape) != tuple(expected[k].shape)]
+  problems = [f"{label} ({len(items)}): {_listing(items)}"
+              for label, items in (("missing", missing), ("unused", unused),
+                                   ("shape mismatch", mismatched)) if items]
+  if problems:
+    raise ValueError(f"the state dict does not match {name!r}:\n  " + "\n  ".join(problems))
+  flat = {tuple(k.split("/")): np.asarray(v, np.float32) for k, v in converted.items()}
+  return traverse_util.unflatten_dict(flat)
+
+
+def reference_state_dict(keys_and_shapes: list[tuple[str, tuple[int, ...]]],
+                         seed: int) -> dict[str, np.ndarray]:
+  """Seeded random weights for a torch layout, drawn in key order (for equivalence tests).
+
+  Scales keep activations O(1): He-normal convolutions, 1/sqrt(fan_in) linear layers, norm
+  scales near 1, small biases and means, positive running variances near 1.
+  """
+  rng = np.random.default_rng(seed)
+  state = {}
+  for key, shape in keys_and_shapes:
+    shape = tuple(shape)
+    kind = key.rpartition(".")[2]
+    if kind == "num_batches_tracked":
+      state[key] = np.zeros(shape, np.int64)
+      continue
+    if kind == "running_var":
+      value = rng.uniform(0.5, 1.5, shape)
+    elif kind == "running_mean" or kind == "bias":
+      value = rng.normal(0.0, 0.1, shape)
+    elif kind == "weight" and len(shape) == 1:
+      value = 1.0 + rng.normal(0.0, 0.1, shape)
+    elif kind == "weight":
+      fan_in = int(np.prod(shape[1:]))
+      value = rng.normal(0.0, np.sqrt((2.0 if len(shape) == 4 else 1.0) / fan_in), shape)
+    else:  # cls_token, pos_embed
+      value = rng.normal(0.0, 0.5, shape)
+    state[key] = value.astype(np.float32)
+  return state
+
+
+def reference_input(size: int, seed: int) -> np.ndarray:
+  """A seeded NCHW float32 input batch [2, 3, size, size] of N(0, 1) pixels."""
+  return np.random.default_rng(seed + 1).normal(0.0, 1.0, (2, 3, size, size)).astype(np.float32)
+
+
+def keys_to_json(state: StateDict) -> str:
+  """The [(key, shape), ...] list of a state dict as JSON (what `reference_state_dict` takes)."""
+  return json.dumps([(k, list(np.shape(v))) for k, v in state.items()])

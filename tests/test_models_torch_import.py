@@ -1,0 +1,177 @@
+"""import_torch: torchvision / timm state dicts give the PyTorch logits in our models.
+
+The reference logits in fixtures/torch_reference_logits.npz come from
+bench/torch_reference_logits.py (real torch, torchvision, timm) on seeded numpy weights; here the
+same weights are redrawn from the seed, so no torch is needed.
+"""
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calib_jax import models
+from calib_jax.models import torch_import
+from calib_jax.training import config as config_lib, loop
+
+@pytest.fixture(autouse=True, scope="module")
+def quick_rng_compilation():
+  """Non-partitionable threefry: XLA:CPU compiles the partitionable variant's random-number
+  kernels much more slowly (the fine-tune initialises a ResNet-18)."""
+  previous = jax.config.jax_threefry_partitionable
+  jax.config.update("jax_threefry_partitionable", False)
+  yield
+  jax.config.update("jax_threefry_partitionable", previous)
+
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "torch_reference_logits.npz")
+
+
+def _reference(name: str) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+  """(state dict, NHWC input, torch logits) of one fixture model."""
+  with np.load(FIXTURE) as f:
+    keys, size = json.loads(str(f[f"{name}/keys"])), int(f[f"{name}/size"])
+    logits, seed = f[f"{name}/logits"], int(f["seed"])
+  state = torch_import.reference_state_dict(keys, seed)
+  x = torch_import.reference_input(size, seed).transpose(0, 2, 3, 1)
+  return state, x, logits
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "vit_s16"])
+def test_logits_equal_pytorch(name):
+  state, x, reference = _reference(name)
+  variables = models.import_torch(name, state)
+  model = models.get(name, num_classes=10)
+  ours = np.asarray(jax.jit(lambda v, x: model.apply(v, x, train=False))(variables, x))
+  error = np.abs(ours - reference).max()
+  print(f"{name}: max |ours - torch| = {error:.3g}, max |torch| = {np.abs(reference).max():.3g}")
+  assert error <= 1e-3 * np.abs(reference).max()
+
+
+def _resnet18_state() -> dict[str, np.ndarray]:
+  return _reference("resnet18")[0]
+
+
+def test_missing_unused_and_mismatched_keys_are_named():
+  state = _resnet18_state()
+  del state["layer2.1.conv2.weight"]
+  state["layer9.0.conv1.weight"] = np.zeros((1, 1, 1, 1), np.float32)
+  state["layer1.0.bn1.running_var"] = np.ones(5, np.float32)
+  with pytest.raises(ValueError) as e:
+    models.import_torch("resnet18", state)
+  message = str(e.value)
+  assert "backbone/stage2_block1/conv2/kernel" in message
+  assert "layer9.0.conv1.weight" in message
+  assert ("layer1.0.bn1.running_var -> batch_stats/backbone/stage1_block0/bn1/var: file (5,), "
+          "model (64,)") in message
+
+
+def test_unsupported_model_and_missing_file():
+  with pytest.raises(ValueError, match="supports resnet18"):
+    models.import_torch("densenet_bc100_12", {})
+  with pytest.raises(FileNotFoundError):
+    models.import_torch("resnet18", "/nonexistent/r18.safetensors")
+
+
+def test_safetensors_round_trip(tmp_path):
+  from safetensors import numpy as safetensors_numpy
+  state = _resnet18_state()
+  path = str(tmp_path / "r18.safetensors")
+  safetensors_numpy.save_file(state, path)
+  from_file = models.import_torch("resnet18", path)
+  from_dict = models.import_torch("resnet18", state)
+  jax.tree.map(np.testing.assert_array_equal, from_file, from_dict)
+
+
+def test_pth_file_without_torch_says_what_to_do(tmp_path, monkeypatch):
+  path = tmp_path / "r18.pth"
+  path.write_bytes(b"")
+  monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+  with pytest.raises(ImportError, match="needs torch.*safetensors"):
+    models.import_torch("resnet18", path)
+
+
+class _FakeTensor:
+  """What the reader uses of a torch tensor (detach/cpu/is_floating_point/float/numpy)."""
+
+  def __init__(self, array):
+    self._array = array
+
+  def detach(self):
+    return self
+
+  def cpu(self):
+    return self
+
+  def is_floating_point(self):
+    return self._array.dtype.kind == "f"
+
+  def float(self):
+    return _FakeTensor(self._array.astype(np.float32))
+
+  def numpy(self):
+    return self._array
+
+
+def test_pth_files_are_read_with_torch_load(tmp_path, monkeypatch):
+  """A .pth goes through `torch.load(path, map_location='cpu', weights_only=True)`, training
+  checkpoints' {'state_dict': ...} wrapper is unwrapped and tensors become numpy arrays. torch
+  is stood in for (the suite does not install it); bench/torch_reference_logits.py runs the
+  real one."""
+  import types
+  state = _resnet18_state()
+  calls = []
+
+  def load(path, **kwargs):
+    calls.append((path, kwargs))
+    return {"state_dict": {k: _FakeTensor(v.astype(np.float16)) for k, v in state.items()}}
+
+  monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(load=load))
+  path = str(tmp_path / "r18.pth")
+  open(path, "wb").close()  # the reader checks the file exists before torch.load opens it
+  from_file = models.import_torch("resnet18", path)
+  assert calls == [(path, {"map_location": "cpu", "weights_only": True})]
+  expected = models.import_torch("resnet18", {k: v.astype(np.float16).astype(np.float32)
+                                              for k, v in state.items()})
+  jax.tree.map(np.testing.assert_array_equal, from_file, expected)
+
+
+def test_head_of_another_class_count_is_dropped_and_restored_fresh():
+  state = _resnet18_state()
+  variables = models.import_torch("resnet18", state, num_classes=200)
+  assert "head" not in variables["params"]
+  np.testing.assert_array_equal(variables["params"]["backbone"]["stem_conv"]["kernel"],
+                                state["conv1.weight"].transpose(2, 3, 1, 0))
+  model = models.get("resnet18", num_classes=200)
+  shapes = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False),
+                          jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32))
+  fresh = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+  restored = models.restore_pretrained(fresh, variables)
+  assert restored["params"]["head"]["kernel"].shape == (512, 200)
+  np.testing.assert_array_equal(restored["batch_stats"]["backbone"]["stem_bn"]["var"],
+                                state["bn1.running_var"])
+
+
+def test_fine_tune_from_an_imported_file(tmp_path):
+  """A grayscale torchvision-layout ResNet-18 (10 classes) -> msgpack -> train on digits."""
+  with np.load(FIXTURE) as f:
+    keys = json.loads(str(f["resnet18/keys"]))
+  keys = [(k, [64, 1, 7, 7] if k == "conv1.weight" else s) for k, s in keys]
+  keys = [(k, [7] + s[1:] if k.startswith("fc.") else s) for k, s in keys]
+  state = torch_import.reference_state_dict(keys, seed=1)
+  path = models.save_variables(tmp_path / "r18.msgpack",
+                               models.import_torch("resnet18", state))
+  config = config_lib.base_config()
+  config.update(dict(dataset="digits", model="resnet18", pretrained=path,
+                     pretrained_skip=("head",), batch_size=8, eval_batch_size=256,
+                     num_train_steps=2, learning_rate=0.01, warmup_epochs=0.0,
+                     checkpoint_every_steps=2, keep_checkpoints=0, log_every_steps=2,
+                     eval_every_steps=0, progress_bar=False, tensorboard=False))
+  config.data_options.image_size = 16
+  state_out = loop.train_and_evaluate(config, str(tmp_path / "work"), devices=jax.devices()[:1])
+  params = jax.device_get(state_out.params)
+  assert params["head"]["kernel"].shape == (512, 10)
+  assert int(jax.device_get(state_out.step)) == 2

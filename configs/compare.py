@@ -25,7 +25,8 @@ import os
 
 import ml_collections
 
-from calib_jax.training.config import apply_loss_variant, load_config_module, select_variant
+from calib_jax.training.config import (apply_loss_variant, load_config_module, select_variant,
+                                       unattended_run)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 LOSSES = {
@@ -37,14 +38,8 @@ VARIANTS = tuple(f"{dataset},{loss}" for dataset, losses in LOSSES.items() for l
 
 
 def _quiet(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """No mid-run validation, no TensorBoard, one final checkpoint: the study evaluates at the end."""
-  config.eval_every_steps = 0
-  config.tensorboard = False
-  config.progress_bar = False
-  config.log_every_steps = 200
-  config.checkpoint_every_steps = 100_000
-  config.keep_checkpoints = 1
-  return config
+  """One final checkpoint: the study evaluates at the end."""
+  return unattended_run(config, log_every_steps=200, checkpoint_every_steps=100_000)
 
 
 def _fashion_mnist(loss: str) -> ml_collections.ConfigDict:

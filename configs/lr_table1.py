@@ -31,7 +31,7 @@ import os
 import ml_collections
 
 from calib_jax import posthoc
-from calib_jax.training.config import load_config_module
+from calib_jax.training.config import load_config_module, unattended_run
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The hyper-parameter each tuned loss takes, and its grid (paper Sec. 5; MbLS: the margins).
@@ -89,11 +89,4 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.grad_clip_norm = 2.0
   if phase == "final_ts":
     config.eval.temperature_grid = posthoc.LR_PAPER_TEMPERATURES
-  # A study run: no mid-run validation or TensorBoard; checkpoints to resume an interrupted run.
-  config.eval_every_steps = 0
-  config.tensorboard = False
-  config.progress_bar = False
-  config.log_every_steps = 1000
-  config.checkpoint_every_steps = 4000
-  config.keep_checkpoints = 1
-  return config
+  return unattended_run(config, log_every_steps=1000, checkpoint_every_steps=4000)

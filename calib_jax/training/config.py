@@ -189,6 +189,19 @@ def apply_loss_variant(config: ml_collections.ConfigDict, variant: str, *,
   return config
 
 
+def unattended_run(config: ml_collections.ConfigDict, *, log_every_steps: int,
+                   checkpoint_every_steps: int) -> ml_collections.ConfigDict:
+  """Settings of a study's unattended run (returned for chaining): no mid-run validation,
+  TensorBoard or progress bar, one checkpoint kept (to resume an interrupted run)."""
+  config.eval_every_steps = 0
+  config.tensorboard = False
+  config.progress_bar = False
+  config.log_every_steps = log_every_steps
+  config.checkpoint_every_steps = checkpoint_every_steps
+  config.keep_checkpoints = 1
+  return config
+
+
 def select_variant(arg: str | None, valid: tuple[str, ...], default: str) -> str:
   """The variant named by a config file's `:arg` (`default` when empty), checked against `valid`."""
   variant = arg or default

@@ -37,7 +37,7 @@ class Checkpointer:
     """
     self.directory = checkpoint_dir(workdir)
     if read_only:  # Neither saves nor deletes; orbax warns about any interval or retention.
-      options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0)
+      options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0, create=False)
     else:
       # orbax's interval policy alone: `save_interval_steps` would add its InitialSavePolicy,
       # which also saves the first step of a fresh run.

@@ -6,12 +6,10 @@ BatchNorm statistics, step, RNG and data position), trains to the configured len
 periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
 stops the run with `NonFiniteLossError` before the bad state can be checkpointed.
 """
-import math
 import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging

@@ -1,7 +1,7 @@
 """Trains a model from an ml_collections config (resuming from the work directory if possible).
 
     python train.py --config=configs/cifar10_resnet50.py:mbls --workdir=workdirs/c10_mbls \
-        [--config.batch_size=256 ...]
+        [--config.data.batch_size=256 ...]
 
 Running the same command again after an interruption continues from the newest checkpoint.
 """

@@ -43,16 +43,17 @@ def bare_rate(steps: int) -> float:
   example = builders.example_input(config)
   mesh = parallel.make_mesh()
   model = builders.build_model(config, meta)
-  schedule = optim.schedule_from_config(config, steps, 937)
-  tx = optim.optimizer_from_config(config, schedule)
+  schedule = optim.schedule_from_config(config.schedule, base_lr=config.optimizer.learning_rate,
+                                       total_steps=steps, steps_per_epoch=937)
+  tx = optim.optimizer_from_config(config.optimizer, schedule)
   state = builders.initial_state(config, model, tx, example, mesh, 0)
   train_step = step_lib.jit_train_step(
       step_lib.make_train_step(model, builders.build_loss(config), tx, schedule), mesh)
   rng = np.random.default_rng(0)
   batch = parallel.to_global({
-      "image": rng.normal(size=(config.batch_size, *example.shape[1:])).astype(np.float32),
-      "label": rng.integers(0, meta.num_classes, config.batch_size).astype(np.int32),
-      "mask": np.ones(config.batch_size, bool)}, mesh)
+      "image": rng.normal(size=(config.data.batch_size, *example.shape[1:])).astype(np.float32),
+      "label": rng.integers(0, meta.num_classes, config.data.batch_size).astype(np.int32),
+      "mask": np.ones(config.data.batch_size, bool)}, mesh)
   state, metrics = train_step(state, batch)  # compile
   jax.block_until_ready(metrics)
   start = time.perf_counter()

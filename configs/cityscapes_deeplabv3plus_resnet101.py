@@ -9,30 +9,34 @@ colour jitter; evaluation at full resolution. Val and test are the official vali
     python train.py --config=configs/cityscapes_deeplabv3plus_resnet101.py:ls0.1 \
         --workdir=workdirs/cs_ls01 --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack
 
-Variants (`:arg`): `ce` (alpha = 0, default) or `ls<alpha>`, e.g. `ls0.1`, `ls0.2`, `ls0.3`.
+Variants (`:arg`): `ce` (alpha = 0, default) or `ls<alpha>` for alpha in 0.05, 0.1, 0.2, 0.3,
+0.4, 0.5 (`ls0.2`); another level: `--config.loss_kwargs.epsilon=`.
 """
 import ml_collections
 
-from calib_jax.training.config import apply_smoothing_level, base_config
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
+
+VARIANTS = variants.smoothing_variants()
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` sets the smoothing level."""
   config = base_config()
-  config.dataset = "cityscapes"
+  config.data.name = "cityscapes"
   config.model = "deeplabv3plus_resnet101"
   config.pretrained_skip = ("aspp", "low_level_reduce", "decoder_conv1", "decoder_conv2", "head")
-  config.batch_size = 12
-  config.eval_batch_size = 4
+  config.data.batch_size = 12
+  config.data.eval_batch_size = 4
   config.num_train_steps = 40_000
-  config.optimizer = "sgd"
-  config.learning_rate = 0.01
-  config.lr_multipliers = ml_collections.ConfigDict({"backbone": 0.1})
-  config.momentum = 0.9
-  config.weight_decay = 1e-4
-  config.schedule = "poly"
-  config.poly_power = 0.9
+  config.optimizer.name = "sgd"
+  config.optimizer.learning_rate = 0.01
+  config.optimizer.lr_multipliers = ml_collections.ConfigDict({"backbone": 0.1})
+  config.optimizer.momentum = 0.9
+  config.optimizer.weight_decay = 1e-4
+  config.schedule.name = "poly"
+  config.schedule.poly_power = 0.9
   config.log_every_steps = 50
   config.eval_every_steps = 4000
   config.checkpoint_every_steps = 2000
-  return apply_smoothing_level(config, arg)
+  return variants.apply_variant(config, arg, VARIANTS, default="ce")

@@ -18,31 +18,33 @@ Variants (`:arg`): ce, ecp, ls, focal, flsd, mbls_m0, mbls (default).
 """
 import ml_collections
 
-from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = ("ce", "ecp", "ls", "focal", "flsd", "mbls_m0", "mbls")
+VARIANTS = variants.loss_variants(
+    ("ce", "ecp", "ls", "focal", "flsd", "mbls_m0", "mbls"),
+    margin=10.0)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` picks the loss column."""
-  variant = select_variant(arg, VARIANTS, "mbls")
   config = base_config()
-  config.dataset = "cub200"
+  config.data.name = "cub200"
   config.model = "resnet101"
   config.model_kwargs.stem = "imagenet"
   config.pretrained_skip = ("head",)
-  config.batch_size = 16
-  config.eval_batch_size = 64
+  config.data.batch_size = 16
+  config.data.eval_batch_size = 64
   config.num_epochs = 200
-  config.optimizer = "sgd"
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 5e-4
+  config.optimizer.name = "sgd"
+  config.optimizer.learning_rate = 0.1
+  config.optimizer.momentum = 0.9
+  config.optimizer.weight_decay = 5e-4
   # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
-  config.grad_clip_norm = 2.0
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (80, 160)
-  config.lr_decay_factor = 0.1
+  config.optimizer.grad_clip_norm = 2.0
+  config.schedule.name = "multistep"
+  config.schedule.boundaries_epochs = (80, 160)
+  config.schedule.decay_factor = 0.1
   config.log_every_steps = 50
   config.checkpoint_every_steps = 2000
-  return apply_loss_variant(config, variant, margin=10.0)
+  return variants.apply_variant(config, arg, VARIANTS, default="mbls")

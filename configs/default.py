@@ -16,39 +16,34 @@ Variants (`:arg`): any of `calib_jax.training.config.LOSS_VARIANTS` with margin 
 """
 import ml_collections
 
-from calib_jax.training.config import LOSS_VARIANTS, apply_loss_variant, base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = LOSS_VARIANTS + ("als", "als_context")
+# Dotted keys inside `data.train_options` add to the recipe's options (crop) instead of replacing.
+_ALS = {"loss": "als", "loss_kwargs": {"beta": 1.0}, "data.train_options.objectness": True,
+        "eval.context_eval": True}
+VARIANTS = {**variants.loss_variants(variants.LOSS_COLUMNS, margin=10.0), "als": _ALS,
+            "als_context": {**_ALS, "data.train_options.context_rate": 0.15}}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """Default config; `arg` picks the loss variant."""
-  variant = select_variant(arg, VARIANTS, "ce")
   config = base_config()
-  config.dataset = "clutter_objects"
+  config.data.name = "clutter_objects"
   config.model = "small_cnn"
   config.model_kwargs.widths = (32, 64, 128)
-  config.batch_size = 128
-  config.eval_batch_size = 200
+  config.data.batch_size = 128
+  config.data.eval_batch_size = 200
   config.num_epochs = 5
   # Adam on whole images learns this dataset several times faster than SGD on random-resized
   # crops (about 50% vs 19% train accuracy after 400 steps), which a CPU demo needs.
-  config.train_data_options.crop = "none"
-  config.optimizer = "adam"
-  config.learning_rate = 3e-3
-  config.weight_decay = 0.0
-  config.schedule = "cosine"
-  config.warmup_epochs = 0.25
+  config.data.train_options.crop = "none"
+  config.optimizer.name = "adam"
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.weight_decay = 0.0
+  config.schedule.name = "cosine"
+  config.schedule.warmup_epochs = 0.25
   config.log_every_steps = 20
   config.checkpoint_every_steps = 100
   config.keep_checkpoints = 2
-  if variant.startswith("als"):
-    config.loss = "als"
-    config.loss_kwargs = ml_collections.ConfigDict({"beta": 1.0})
-    config.train_data_options.objectness = True
-    if variant == "als_context":
-      config.train_data_options.context_rate = 0.15
-    config.eval.context_eval = True
-  else:
-    apply_loss_variant(config, variant, margin=10.0)
-  return config
+  return variants.apply_variant(config, arg, VARIANTS, default="ce")

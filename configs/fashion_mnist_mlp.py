@@ -28,7 +28,8 @@ VARIANTS = _BASE.VARIANTS
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The MNIST recipe of `mnist_mlp.py` on Fashion-MNIST for 50 epochs; `arg` picks the loss."""
   config = _BASE.get_config(arg)
-  config.dataset = "fashion_mnist"
+  config.data.name = "fashion_mnist"
   config.num_epochs = 50
-  config.lr_boundaries_epochs = (31, 51)  # official "steps": [30, 50], applied when epoch > step
+  # Official "steps": [30, 50], applied when epoch > step.
+  config.schedule.boundaries_epochs = (31, 51)
   return config

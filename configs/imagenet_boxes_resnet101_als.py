@@ -17,15 +17,16 @@ import os
 
 import ml_collections
 
-from calib_jax.training.config import load_config_module, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import load_config_module
 
 _BASE = load_config_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "imagenet_boxes_resnet50_als.py"))
-VARIANTS = ("ce", "als")
+VARIANTS = {name: _BASE.VARIANTS[name] for name in ("ce", "als")}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The recipe of `imagenet_boxes_resnet50_als.py` with ResNet-101; `arg` picks the loss."""
-  config = _BASE.get_config(select_variant(arg, VARIANTS, "als"))
+  config = _BASE.get_config(variants.variant_name(arg, VARIANTS, "als"))
   config.model = "resnet101"
   return config

@@ -15,43 +15,40 @@ Variants (`:arg`): ce ("Hard Label", beta=0), ls, als (default, beta=1), als_b0.
 """
 import ml_collections
 
-from calib_jax.training.config import base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = ("ce", "ls", "als", "als_b0.75", "als_b0.25", "als_context")
+
+def _als(beta: float, **train_options) -> dict:
+  return {"loss": "als", "loss_kwargs": {"beta": beta}, "data.train_options.objectness": True,
+          **{f"data.train_options.{k}": v for k, v in train_options.items()}}
+
+
+VARIANTS = {"ce": {"loss": "ce", "loss_kwargs": {}},
+            "ls": {"loss": "ls", "loss_kwargs": {"epsilon": 0.1}},
+            "als": _als(1.0), "als_b0.75": _als(0.75), "als_b0.25": _als(0.25),
+            "als_context": _als(1.0, context_rate=0.15)}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` picks the table row."""
-  variant = select_variant(arg, VARIANTS, "als")
   config = base_config()
-  config.dataset = "imagenet2012_boxes"
+  config.data.name = "imagenet2012_boxes"
   config.model = "resnet50"
   config.model_kwargs.stem = "imagenet"
-  config.data_options.mask_variant = True
-  config.batch_size = 256
-  config.eval_batch_size = 512
+  config.data.options.mask_variant = True
+  config.data.batch_size = 256
+  config.data.eval_batch_size = 512
   config.num_epochs = 300
-  config.optimizer = "sgd"
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 1e-4
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (75, 150, 225)
-  config.lr_decay_factor = 0.1
+  config.optimizer.name = "sgd"
+  config.optimizer.learning_rate = 0.1
+  config.optimizer.momentum = 0.9
+  config.optimizer.weight_decay = 1e-4
+  config.schedule.name = "multistep"
+  config.schedule.boundaries_epochs = (75, 150, 225)
+  config.schedule.decay_factor = 0.1
   config.log_every_steps = 200
   config.eval_every_steps = 5000
   config.checkpoint_every_steps = 5000
   config.eval.context_eval = True
-  if variant == "ce":
-    config.loss = "ce"
-  elif variant == "ls":
-    config.loss = "ls"
-    config.loss_kwargs = ml_collections.ConfigDict({"epsilon": 0.1})
-  else:
-    beta = float(variant[len("als_b"):]) if variant.startswith("als_b") else 1.0
-    config.loss = "als"
-    config.loss_kwargs = ml_collections.ConfigDict({"beta": beta})
-    config.train_data_options.objectness = True
-    if variant == "als_context":
-      config.train_data_options.context_rate = 0.15
-  return config
+  return variants.apply_variant(config, arg, VARIANTS, default="als")

@@ -12,30 +12,32 @@ Variants (`:arg`): ce, ls, focal, flsd, mbls, mmce, crl, cpc, mdca, acls (defaul
 """
 import ml_collections
 
-from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = ("ce", "ls", "focal", "flsd", "mbls", "mmce", "crl", "cpc", "mdca", "acls")
+VARIANTS = variants.loss_variants(
+    ("ce", "ls", "focal", "flsd", "mbls", "mmce", "crl", "cpc", "mdca", "acls"),
+    margin=10.0)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` picks the loss column."""
-  variant = select_variant(arg, VARIANTS, "acls")
   config = base_config()
-  config.dataset = "imagenet2012"
+  config.data.name = "imagenet2012"
   config.model = "resnet50"
   config.model_kwargs.stem = "imagenet"
-  config.batch_size = 256
-  config.eval_batch_size = 512
+  config.data.batch_size = 256
+  config.data.eval_batch_size = 512
   config.num_epochs = 200
-  config.optimizer = "adamw"
-  config.learning_rate = 5e-4
-  config.weight_decay = 5e-2
+  config.optimizer.name = "adamw"
+  config.optimizer.learning_rate = 5e-4
+  config.optimizer.weight_decay = 5e-2
   # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
-  config.grad_clip_norm = 2.0
-  config.adam_b1 = 0.9
-  config.adam_b2 = 0.999
-  config.schedule = "cosine"
+  config.optimizer.grad_clip_norm = 2.0
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.schedule.name = "cosine"
   config.log_every_steps = 200
   config.eval_every_steps = 5000
   config.checkpoint_every_steps = 5000
-  return apply_loss_variant(config, variant, margin=10.0)
+  return variants.apply_variant(config, arg, VARIANTS, default="acls")

@@ -24,13 +24,14 @@ models trained on (`train[50000:]`); the study reports their PosT numbers only f
     python train.py --config=configs/lr_table1.py:final,lr,0.1 --workdir=workdirs/lrt1/lr
     python eval.py --config=configs/lr_table1.py:final,lr,0.1 --workdir=workdirs/lrt1/lr
 
-Variants (`:arg`): see above; `VARIANTS` lists the tuning runs and the fixed final rows.
+Variants (`:arg`): see above; `VARIANTS` lists them all (a final run for every grid value).
 """
 import os
 
 import ml_collections
 
 from calib_jax import posthoc
+from calib_jax.training import variants
 from calib_jax.training.config import load_config_module, unattended_run
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,9 +43,6 @@ GRIDS = {
     "focal": ("gamma", (0.1, 0.2, 0.5, 1.0, 2.0, 3.5, 5.0)),
     "mbls": ("margin", (2.0, 4.0, 6.0, 8.0, 10.0)),
 }
-FIXED_FINALS = ("final,ce", "final_ts,ce", "final,acls", "final,acls,clip")
-VARIANTS = tuple(f"tune,{loss},{v:g}" for loss, (_, grid) in GRIDS.items() for v in grid
-                 ) + FIXED_FINALS
 SPLITS = {
     "tune": {"train": "train[:50000]", "val": "train[50000:]", "test": "test"},
     "final": {"train": "train", "val": "train[50000:]", "test": "test"},
@@ -52,41 +50,37 @@ SPLITS = {
 }
 
 
-def _parse(arg: str) -> tuple[str, str, float | None, bool]:
-  """`phase,loss[,value][,clip]` -> (phase, loss, value, clip), with a one-line error."""
-  parts = (arg or "final,ce").split(",")
-  clip = parts[-1] == "clip"
-  if clip:
-    parts = parts[:-1]
-  phase, loss, value = parts[0], parts[1] if len(parts) > 1 else "", None
-  if len(parts) == 3:
-    try:
-      value = float(parts[2])
-    except ValueError:
-      value = None
-  ok = (phase in SPLITS and len(parts) in (2, 3) and (len(parts) == 2 or value is not None)
-        and (loss in GRIDS) == (value is not None) and loss in (*GRIDS, "ce", "acls")
-        and (phase != "tune" or (loss in GRIDS and value in GRIDS[loss][1]))
-        and (phase != "final_ts" or (loss == "ce" and not clip)))
-  if not ok:
-    raise ValueError(f"Unknown config variant {arg!r}; valid: 'tune,<loss>,<value>' with a "
-                     f"value of its grid ({', '.join(GRIDS)}), 'final,<loss>[,<value>][,clip]' "
-                     "or 'final_ts,ce'")
-  return phase, loss, value, clip
+
+
+def _run(phase: str, loss: str, value: float | None = None) -> dict:
+  """Overrides of one run: its split and its loss (with the tuned value)."""
+  kwargs = {} if value is None else {GRIDS[loss][0]: value}
+  if loss == "mbls":
+    kwargs["alpha"] = 0.1
+  overrides = {"data.splits": SPLITS[phase], "loss": loss, "loss_kwargs": kwargs}
+  if phase == "final_ts":
+    overrides["eval.temperature_grid"] = posthoc.LR_PAPER_TEMPERATURES
+  return overrides
+
+
+def _variants() -> dict[str, dict]:
+  table = {f"tune,{loss},{v:g}": _run("tune", loss, v) for loss, (_, grid) in GRIDS.items()
+           for v in grid}
+  finals = {"final,ce": _run("final", "ce"), "final,acls": _run("final", "acls")}
+  finals.update({f"final,{loss},{v:g}": _run("final", loss, v)
+                 for loss, (_, grid) in GRIDS.items() for v in grid})
+  table.update(finals)
+  table.update({f"{name},clip": {**overrides, "optimizer.grad_clip_norm": 2.0}
+                for name, overrides in finals.items()})
+  table["final_ts,ce"] = _run("final_ts", "ce")
+  return table
+
+
+VARIANTS = _variants()
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run named by `arg` (default `final,ce`)."""
-  phase, loss, value, clip = _parse(arg)
   config = load_config_module(os.path.join(_HERE, "fashion_mnist_mlp.py")).get_config("ce")
-  config.splits = ml_collections.ConfigDict(SPLITS[phase])
-  config.loss = loss
-  config.loss_kwargs = ml_collections.ConfigDict(
-      {} if value is None else {GRIDS[loss][0]: value})
-  if loss == "mbls":
-    config.loss_kwargs.alpha = 0.1
-  if clip:
-    config.grad_clip_norm = 2.0
-  if phase == "final_ts":
-    config.eval.temperature_grid = posthoc.LR_PAPER_TEMPERATURES
-  return unattended_run(config, log_every_steps=1000, checkpoint_every_steps=4000)
+  unattended_run(config, log_every_steps=1000, checkpoint_every_steps=4000)
+  return variants.apply_variant(config, arg, VARIANTS, default="final,ce")

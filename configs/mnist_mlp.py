@@ -17,36 +17,34 @@ Variants (`:arg`): ce, ls, ecp (CP), focal, lr (default).
 """
 import ml_collections
 
-from calib_jax.training.config import base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = ("ce", "ls", "ecp", "focal", "lr")
-_LOSS_KWARGS = {"ce": {}, "ls": {"epsilon": 0.1}, "ecp": {"beta": 0.1}, "focal": {"gamma": 3.0},
-                "lr": {"alpha": 0.1}}
+VARIANTS = {loss: {"loss": loss, "loss_kwargs": kwargs} for loss, kwargs in (
+    ("ce", {}), ("ls", {"epsilon": 0.1}), ("ecp", {"beta": 0.1}), ("focal", {"gamma": 3.0}),
+    ("lr", {"alpha": 0.1}))}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` picks the loss row."""
-  variant = select_variant(arg, VARIANTS, "lr")
   config = base_config()
-  config.dataset = "mnist"
+  config.data.name = "mnist"
   config.model = "mlp"
   config.model_kwargs.hidden = (1024, 1024)
-  config.batch_size = 64
-  config.eval_batch_size = 500
+  config.data.batch_size = 64
+  config.data.eval_batch_size = 500
   config.num_epochs = 25
-  config.optimizer = "sgd"
-  config.learning_rate = 0.05
-  config.momentum = 0.9
-  config.nesterov = True
-  config.weight_decay = 0.0
+  config.optimizer.name = "sgd"
+  config.optimizer.learning_rate = 0.05
+  config.optimizer.momentum = 0.9
+  config.optimizer.nesterov = True
+  config.optimizer.weight_decay = 0.0
   # Keras' LearningRateScheduler multiplies once `epoch > boundary` (0-based), i.e. from the
   # epoch after the listed one: boundaries + 1 in this library's (first step of the epoch) terms.
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (26, 41)
-  config.lr_decay_factor = 0.3162
-  config.lr_time_decay = 1e-5
+  config.schedule.name = "multistep"
+  config.schedule.boundaries_epochs = (26, 41)
+  config.schedule.decay_factor = 0.3162
+  config.schedule.time_decay = 1e-5
   config.log_every_steps = 200
   config.checkpoint_every_steps = 5000
-  config.loss = variant
-  config.loss_kwargs = ml_collections.ConfigDict(_LOSS_KWARGS[variant])
-  return config
+  return variants.apply_variant(config, arg, VARIANTS, default="lr")

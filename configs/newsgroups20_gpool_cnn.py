@@ -13,28 +13,30 @@ Variants (`:arg`): ce, ecp, ls, focal, flsd, mbls_m0, mbls (default).
 """
 import ml_collections
 
-from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = ("ce", "ecp", "ls", "focal", "flsd", "mbls_m0", "mbls")
+VARIANTS = variants.loss_variants(
+    ("ce", "ecp", "ls", "focal", "flsd", "mbls_m0", "mbls"),
+    margin=6.0)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` picks the loss column."""
-  variant = select_variant(arg, VARIANTS, "mbls")
   config = base_config()
-  config.dataset = "newsgroups20"
+  config.data.name = "newsgroups20"
   config.model = "gpool_cnn"
-  config.batch_size = 128
-  config.eval_batch_size = 256
+  config.data.batch_size = 128
+  config.data.eval_batch_size = 256
   config.num_epochs = 100
-  config.optimizer = "adam"
-  config.learning_rate = 1e-3
-  config.adam_b1 = 0.9
-  config.adam_b2 = 0.999
-  config.weight_decay = 0.0
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (50,)
-  config.lr_decay_factor = 0.1
+  config.optimizer.name = "adam"
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.weight_decay = 0.0
+  config.schedule.name = "multistep"
+  config.schedule.boundaries_epochs = (50,)
+  config.schedule.decay_factor = 0.1
   config.log_every_steps = 50
   config.checkpoint_every_steps = 1000
-  return apply_loss_variant(config, variant, margin=6.0)
+  return variants.apply_variant(config, arg, VARIANTS, default="mbls")

@@ -16,31 +16,32 @@ Variants (`:arg`): ce, ls, focal, flsd, ecp, mbls (default), mbls_m0, acls, crl,
 """
 import ml_collections
 
-from calib_jax.training.config import apply_loss_variant, base_config, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import base_config
 
-VARIANTS = ("ce", "ls", "focal", "flsd", "ecp", "mbls", "mbls_m0", "acls", "crl", "mdca", "cpc",
-            "mmce")
+VARIANTS = variants.loss_variants(
+    ("ce", "ls", "focal", "flsd", "ecp", "mbls", "mbls_m0", "acls", "crl", "mdca", "cpc", "mmce"),
+    margin=10.0)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The paper recipe; `arg` picks the loss column."""
-  variant = select_variant(arg, VARIANTS, "mbls")
   config = base_config()
-  config.dataset = "tiny_imagenet"
+  config.data.name = "tiny_imagenet"
   config.model = "resnet50"
   config.model_kwargs.stem = "cifar"
-  config.batch_size = 64
-  config.eval_batch_size = 256
+  config.data.batch_size = 64
+  config.data.eval_batch_size = 256
   config.num_epochs = 100
-  config.optimizer = "sgd"
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 5e-4
+  config.optimizer.name = "sgd"
+  config.optimizer.learning_rate = 0.1
+  config.optimizer.momentum = 0.9
+  config.optimizer.weight_decay = 5e-4
   # The official trainers clip the global gradient norm at 2 (`clip_grad_norm: True`).
-  config.grad_clip_norm = 2.0
-  config.schedule = "multistep"
-  config.lr_boundaries_epochs = (40, 60)
-  config.lr_decay_factor = 0.1
+  config.optimizer.grad_clip_norm = 2.0
+  config.schedule.name = "multistep"
+  config.schedule.boundaries_epochs = (40, 60)
+  config.schedule.decay_factor = 0.1
   config.log_every_steps = 100
   config.checkpoint_every_steps = 2000
-  return apply_loss_variant(config, variant, margin=10.0)
+  return variants.apply_variant(config, arg, VARIANTS, default="mbls")

@@ -14,15 +14,16 @@ import os
 
 import ml_collections
 
-from calib_jax.training.config import load_config_module, select_variant
+from calib_jax.training import variants
+from calib_jax.training.config import load_config_module
 
 _BASE = load_config_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "voc2012_deeplabv3_resnet50.py"))
-VARIANTS = ("ce", "ecp", "ls", "focal", "mbls")
+VARIANTS = {name: _BASE.VARIANTS[name] for name in ("ce", "ecp", "ls", "focal", "mbls")}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The ResNet-50 recipe with the ResNet-34 backbone; `arg` picks the loss row."""
-  config = _BASE.get_config(select_variant(arg, VARIANTS, "mbls"))
+  config = _BASE.get_config(variants.variant_name(arg, VARIANTS, "mbls"))
   config.model = "deeplabv3_resnet34"
   return config

@@ -12,10 +12,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--config.lr=0.1"], "unknown config field 'lr'; did you mean 'learning_rate'?"),
+    (["--config.lr=0.1"], "unknown config field 'lr'; did you mean 'optimizer.learning_rate'?"),
+    # A field of the flat schema that moved into a sub-config names its new place.
+    (["--config.batch_size=64"], "unknown config field 'batch_size'; did you mean "
+                                 "'data.batch_size'?"),
     (["--config.eval.num_binz=3"], "unknown config field 'eval.num_binz'; did you mean "
-                                   "'num_bins'?"),
-    (["--config.learning_rate=abc"], "could not convert string to float: 'abc'"),
+                                   "'eval.num_bins'?"),
+    (["--config.optimizer.learning_rate=abc"], "could not convert string to float: 'abc'"),
     (["--config=configs/no_such_file.py"], "config file 'configs/no_such_file.py' does not exist"),
     (["--config=configs/default.py:bogus"], "Unknown config variant 'bogus'; valid: ce,"),
 ])
@@ -34,10 +37,11 @@ def test_train_py_reports_config_mistakes_in_one_line(args, expected, tmp_path):
 def test_config_file_with_an_unknown_field_fails_where_it_is_set(tmp_path):
   path = tmp_path / "typo.py"
   path.write_text("from calib_jax.training.config import base_config\n"
-                  "def get_config():\n  c = base_config()\n  c.weight_decy = 0.1\n  return c\n")
+                  "def get_config():\n  c = base_config()\n  c.optimizer.weight_decy = 0.1\n"
+                  "  return c\n")
   with pytest.raises(config_lib.ConfigError,
                      match=r"sets unknown config field 'weight_decy'; did you mean "
-                           r"'weight_decay'\?"):
+                           r"'optimizer.weight_decay'\?"):
     config_lib.load_config_file(str(path))
 
 
@@ -45,7 +49,7 @@ def test_free_form_sub_dicts_stay_open_and_the_rest_is_locked():
   config = config_lib.base_config()
   config.model_kwargs.widths = (4, 8)
   config.loss_kwargs = ml_collections.ConfigDict({"margin": 6.0})
-  config.splits.train = "train[:100]"
+  config.data.splits.train = "train[:100]"
   with pytest.raises(AttributeError):
     config.eval.num_binz = 3
   assert config_lib.unknown_field_message(config, "eval.num_bins") is None

@@ -7,12 +7,10 @@ import jax.numpy as jnp
 import pytest
 
 from calib_jax import data
-from calib_jax.training import builders, config as config_lib, config_validation
+from calib_jax.training import builders, config as config_lib, config_validation, variants
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))
-# LS-vs-SC configs take a smoothing level instead of a fixed variant list.
-SMOOTHING_VARIANTS = ("ce", "ls0.1", "ls0.3")
 
 
 def _module(path):
@@ -20,7 +18,7 @@ def _module(path):
 
 
 def _variants(path):
-  return tuple(getattr(_module(path), "VARIANTS", SMOOTHING_VARIANTS))
+  return tuple(_module(path).VARIANTS)
 
 
 def test_there_is_a_config_per_paper_setting():
@@ -81,7 +79,7 @@ def test_margin_follows_the_papers(path):
     if variant not in _variants(path) or path.endswith("default.py"):
       continue
     config = config_lib.load_config_file(f"{path}:{variant}")
-    expected = 6.0 if config.dataset in ("cifar10", "newsgroups20") else 10.0
+    expected = 6.0 if config.data.name in ("cifar10", "newsgroups20") else 10.0
     assert config.loss == variant
     assert config.loss_kwargs.margin == expected
 
@@ -91,14 +89,47 @@ def test_smoothing_level_variants():
   config = config_lib.load_config_file(f"{path}:ls0.2")
   assert config.loss == "ls" and config.loss_kwargs.epsilon == pytest.approx(0.2)
   assert config_lib.load_config_file(path).loss == "ce"
-  with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\)"):
+  with pytest.raises(ValueError, match=r"Unknown config variant 'ls1.5'; valid: ce, ls0.05"):
     config_lib.load_config_file(f"{path}:ls1.5")
+  with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\)"):
+    variants.smoothing_variants((0.1, 1.5))
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.basename(p))
+def test_every_variant_is_its_files_default_plus_its_overrides(path):
+  """One variant mechanism: `VARIANTS` maps each name to dotted overrides, and the variant's
+  config is the file's recipe with exactly those fields changed."""
+  table = _module(path).VARIANTS
+  assert isinstance(table, dict) and table
+  flat = lambda c: {k: v for k, v in c.to_dict().items()}  # noqa: E731
+  for name, overrides in table.items():
+    config = config_lib.load_config_file(f"{path}:{name}")
+    for dotted, value in overrides.items():
+      got = config
+      for part in dotted.split("."):
+        got = got[part]
+      got = got.to_dict() if hasattr(got, "to_dict") else got
+      assert got == (dict(value) if isinstance(value, dict) else value), (name, dotted)
+    assert flat(config) == flat(variants.override(config_lib.load_config_file(
+        f"{path}:{name}"), overrides))
+
+
+def test_override_refuses_unknown_fields_and_mappings_for_locked_groups():
+  config = config_lib.base_config()
+  variants.override(config, {"optimizer.learning_rate": 0.3, "loss_kwargs": {"epsilon": 0.1},
+                             "data.train_options.objectness": True})
+  assert config.optimizer.learning_rate == 0.3 and config.loss_kwargs.epsilon == 0.1
+  assert config.data.train_options.objectness is True
+  with pytest.raises(ValueError, match="did you mean 'optimizer.learning_rate'"):
+    variants.override(config, {"optimizer.learning_rat": 0.3})
+  with pytest.raises(ValueError, match="only the free-form fields"):
+    variants.override(config, {"optimizer": {"name": "adam"}})
 
 
 def test_configs_use_registered_names_only():
   for path in CONFIG_FILES:
     config = config_lib.load_config_file(f"{path}:{_variants(path)[0]}")
-    assert config.dataset in data.names()
+    assert config.data.name in data.names()
 
 
 # The MbLS and ACLS image/segmentation trainers clip the gradient norm at 2 for every loss of
@@ -113,7 +144,8 @@ OFFICIAL_CLIP = {"cifar10_resnet50": 2.0, "cifar10_resnet101": 2.0, "tiny_imagen
 def test_mbls_acls_recipes_clip_like_the_official_trainers(name, clip):
   path = os.path.join(CONFIG_DIR, f"{name}.py")
   for variant in _variants(path):
-    assert config_lib.load_config_file(f"{path}:{variant}").grad_clip_norm == clip, variant
+    config = config_lib.load_config_file(f"{path}:{variant}")
+    assert config.optimizer.grad_clip_norm == clip, variant
 
 
 def test_config_modules_load_once_under_readable_names():

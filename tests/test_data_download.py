@@ -35,7 +35,8 @@ def test_unprepared_catalogue_dataset_takes_the_download_path(tmp_path, monkeypa
 def test_download_switch_off_fails_without_trying(tmp_path, monkeypatch):
   monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare",
                       lambda *a, **k: pytest.fail("download attempted"))
-  with pytest.raises(FileNotFoundError, match="data_options.download is False") as info:
+  with pytest.raises(FileNotFoundError,
+                     match=r"download is False \(config: data.options.download\)") as info:
     _open(tmp_path, download=False)
   assert "tfds build mnist" in str(info.value)
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from calib_jax import data
-from calib_jax.training import builders, evaluate, loop
+from calib_jax import data, models
+from calib_jax.training import evaluate, loop
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
 
@@ -29,10 +29,24 @@ class TinyFCN(nn.Module):
 TINY_CLUTTER = {"tfds_name": "clutter_objects/tiny"}  # 256/64/64 generated images
 
 
-def test_segmentation_eval(tmp_path, monkeypatch):
-  monkeypatch.setattr(builders, "build_model", lambda config, meta: TinyFCN(meta.num_classes))
-  seg = tiny_config(dataset="clutter_objects_seg", num_train_steps=2, batch_size=16,
-                    eval_batch_size=16, data_options=TINY_CLUTTER)
+def clutter_config(**overrides):
+  """`tiny_config` on the tiny generated clutter set, 2 steps of batch 16."""
+  return tiny_config(**{"data.name": "clutter_objects", "num_train_steps": 2,
+                        "data.batch_size": 16, "data.eval_batch_size": 16,
+                        "data.options": TINY_CLUTTER, **overrides})
+
+
+@pytest.fixture
+def tiny_fcn():
+  """TinyFCN in the model registry (the public hook users register their own models with)."""
+  models.register("test_tiny_fcn", TinyFCN)
+  yield "test_tiny_fcn"
+  models.unregister("test_tiny_fcn")
+
+
+def test_segmentation_eval(tmp_path, tiny_fcn):
+  seg = clutter_config(**{"data.name": "clutter_objects_seg", "model": tiny_fcn,
+                          "model_kwargs": {}})
   seg.eval.score_pixels_per_image = 50
   seg.eval.fit_pixels_per_image = 20
   seg.eval.pnorm_candidates = (2,)  # Each candidate p compiles its own scoring program.
@@ -47,9 +61,8 @@ def test_segmentation_eval(tmp_path, monkeypatch):
 
 
 def test_context_only_eval_of_an_als_model(tmp_path):
-  als = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
-                    eval_batch_size=16, data_options=TINY_CLUTTER, loss="als",
-                    train_data_options={"objectness": True, "context_rate": 0.2})
+  als = clutter_config(loss="als", **{"data.train_options": {"objectness": True,
+                                                               "context_rate": 0.2}})
   als.eval.context_eval = True
   als.eval.pnorm_candidates = (2,)
   loop.train_and_evaluate(als, str(tmp_path / "als"))
@@ -83,8 +96,7 @@ def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_eval_saves_the_plotted_predictions(tmp_path):
-  config = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
-                       eval_batch_size=16, data_options=TINY_CLUTTER)
+  config = clutter_config()
   config.eval.pnorm_candidates = (2,)
   loop.train_and_evaluate(config, str(tmp_path / "run"))
   results = evaluate.evaluate_run(config, str(tmp_path / "run"))
@@ -100,15 +112,13 @@ def test_eval_saves_the_plotted_predictions(tmp_path):
 def test_eval_reads_variables_only_whatever_the_optimiser_is_now(tmp_path):
   """eval restores params/batch_stats alone: a config whose optimiser (hence optimiser-state
   structure) changed after training still evaluates the trained weights, to the same numbers."""
-  config = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
-                       eval_batch_size=16, data_options=TINY_CLUTTER, optimizer="sgd")
+  config = clutter_config(**{"optimizer.name": "sgd"})
   config.eval.pnorm_candidates = (2,)
   workdir = str(tmp_path / "run")
   loop.train_and_evaluate(config, workdir)
   before = evaluate.evaluate_run(config, workdir)
-  changed = tiny_config(dataset="clutter_objects", num_train_steps=2, batch_size=16,
-                        eval_batch_size=16, data_options=TINY_CLUTTER, optimizer="adam",
-                        crl_weight=1.0)  # Adam moments and a CRL history: another state shape
+  # Adam moments and a CRL history: another state shape.
+  changed = clutter_config(crl_weight=1.0, **{"optimizer.name": "adam"})
   changed.eval.pnorm_candidates = (2,)
   after = evaluate.evaluate_run(changed, workdir)
   assert after["step"] == before["step"] == 2

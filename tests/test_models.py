@@ -5,6 +5,7 @@ models with tiny inputs.
 """
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -455,3 +456,30 @@ def test_gpool_cnn_rejects_float_input():
   with pytest.raises(ValueError, match="int tokens"):
     jax.eval_shape(lambda x: model.init({"params": KEY}, x),
                    jax.ShapeDtypeStruct((2, 5), jnp.float32))
+
+
+def test_register_adds_a_model_by_name_and_refuses_clashes():
+  class Two(nn.Module):
+    num_classes: int
+    width: int = 3
+
+    @nn.compact
+    def __call__(self, x, train=False):
+      return nn.Dense(self.num_classes, name="head")(nn.Dense(self.width)(x.reshape(len(x), -1)))
+
+  models.register("test_two_layer", Two)
+  try:
+    assert "test_two_layer" in models.names()
+    assert models.valid_kwargs("test_two_layer") == ("width",)
+    model = models.get("test_two_layer", num_classes=4, width=5)
+    variables = model.init(jax.random.PRNGKey(0), jnp.zeros((2, 3, 3)))
+    assert model.apply(variables, jnp.ones((2, 3, 3))).shape == (2, 4)
+    with pytest.raises(ValueError, match="already registered"):
+      models.register("test_two_layer", Two)
+    with pytest.raises(ValueError, match="already registered"):
+      models.register("resnet50", Two)
+  finally:
+    models.unregister("test_two_layer")
+  assert "test_two_layer" not in models.names()
+  with pytest.raises(ValueError, match="needs a `num_classes` field"):
+    models.register("test_bad", nn.Dense)

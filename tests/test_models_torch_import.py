@@ -15,7 +15,7 @@ import pytest
 
 from calib_jax import models
 from calib_jax.models import torch_import
-from calib_jax.training import config as config_lib, loop
+from calib_jax.training import config as config_lib, loop, variants
 
 @pytest.fixture(autouse=True, scope="module")
 def quick_rng_compilation():
@@ -165,12 +165,13 @@ def test_fine_tune_from_an_imported_file(tmp_path):
   path = models.save_variables(tmp_path / "r18.msgpack",
                                models.import_torch("resnet18", state))
   config = config_lib.base_config()
-  config.update(dict(dataset="digits", model="resnet18", pretrained=path,
-                     pretrained_skip=("head",), batch_size=8, eval_batch_size=256,
-                     num_train_steps=2, learning_rate=0.01, warmup_epochs=0.0,
-                     checkpoint_every_steps=2, keep_checkpoints=0, log_every_steps=2,
-                     eval_every_steps=0, progress_bar=False, tensorboard=False))
-  config.data_options.image_size = 16
+  variants.override(config, {
+      "data.name": "digits", "model": "resnet18", "pretrained": path,
+      "pretrained_skip": ("head",), "data.batch_size": 8, "data.eval_batch_size": 256,
+      "num_train_steps": 2, "optimizer.learning_rate": 0.01, "schedule.warmup_epochs": 0.0,
+      "checkpoint_every_steps": 2, "keep_checkpoints": 0, "log_every_steps": 2,
+      "eval_every_steps": 0, "progress_bar": False, "tensorboard": False})
+  config.data.options.image_size = 16
   state_out = loop.train_and_evaluate(config, str(tmp_path / "work"), devices=jax.devices()[:1])
   params = jax.device_get(state_out.params)
   assert params["head"]["kernel"].shape == (512, 10)

@@ -12,6 +12,7 @@ from absl import app, flags
 
 from calib_jax import data
 from calib_jax.training import builders, checkpoint, config as config_lib, evaluate
+from calib_jax.training import variants
 from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,10 +55,11 @@ def parse(monkeypatch):
 def _args(workdir, variant="ce"):
   # The settings of test_train_loop.tiny_config, so the compiled programs are cache hits.
   return [f"--config={ROOT}/configs/default.py:{variant}", f"--workdir={workdir}",
-          "--config.dataset=digits", "--config.model_kwargs.widths=(4, 8)",
-          "--config.num_train_steps=24", "--config.batch_size=32", "--config.eval_batch_size=64",
-          "--config.optimizer=sgd", "--config.learning_rate=0.1", "--config.weight_decay=5e-4",
-          "--config.warmup_epochs=0.1",
+          "--config.data.name=digits", "--config.model_kwargs.widths=(4, 8)",
+          "--config.num_train_steps=24", "--config.data.batch_size=32",
+          "--config.data.eval_batch_size=64", "--config.optimizer.name=sgd",
+          "--config.optimizer.learning_rate=0.1", "--config.optimizer.weight_decay=5e-4",
+          "--config.schedule.warmup_epochs=0.1",
           "--config.progress_bar=False", "--config.tensorboard=False",
           "--config.checkpoint_every_steps=8", "--config.log_every_steps=8",
           "--config.eval_every_steps=12"]
@@ -103,7 +105,7 @@ def _logits_from_checkpoint(config, workdir, split):
   variables = {"params": raw["params"], "batch_stats": raw["batch_stats"]}
   apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
   logits, labels = [], []
-  for batch in data.make_dataset(config.dataset, split, batch_size=50, train=False):
+  for batch in data.make_dataset(config.data.name, split, batch_size=50, train=False):
     logits.append(np.asarray(apply(variables, batch["image"]))[batch["mask"]])
     labels.append(batch["label"][batch["mask"]])
   return np.concatenate(logits), np.concatenate(labels)
@@ -128,7 +130,7 @@ def test_train_then_eval_commands_and_metrics_against_numpy(tmp_path, capsys, pa
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
   config = config_lib.load_config_file(f"{ROOT}/configs/default.py:ce")
-  config.update({"dataset": "digits", "model_kwargs": {"widths": (4, 8)}})
+  variants.override(config, {"data.name": "digits", "model_kwargs": {"widths": (4, 8)}})
   logits, labels = _logits_from_checkpoint(config, workdir, "test")
   assert results["step"] == 24 and results["pre_temperature"]["num_samples"] == len(labels) == 300
   probs = _softmax(logits)
@@ -156,7 +158,7 @@ def test_train_then_eval_commands_and_metrics_against_numpy(tmp_path, capsys, pa
 
 
 def test_bad_config_exits_with_the_reason(tmp_path, parse):
-  parse(*_args(tmp_path / "bad"), "--config.loss=bogus", "--config.learning_rate=-1")
+  parse(*_args(tmp_path / "bad"), "--config.loss=bogus", "--config.optimizer.learning_rate=-1")
   with pytest.raises(SystemExit, match=r"learning_rate must be > 0(.|\n)*unknown loss 'bogus'"):
     train_program.main(["train.py"])
   parse(f"--config={ROOT}/configs/default.py")

@@ -9,17 +9,20 @@ from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F4
 def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
   config_file = tmp_path / "small_default.py"
   config_file.write_text(textwrap.dedent(f"""
+      from calib_jax.training import variants
       from calib_jax.training.config import load_config_file
 
       def get_config(arg=None):
         config = load_config_file({demo.DEFAULT_CONFIG!r} + ":" + (arg or "ce"))
-        config.update(dict(dataset="digits", num_train_steps=24, batch_size=32,
-                           eval_batch_size=64, optimizer="sgd", learning_rate=0.1,
-                           weight_decay=5e-4, schedule="cosine", warmup_epochs=0.1,
-                           checkpoint_every_steps=8, log_every_steps=8, eval_every_steps=0,
-                           progress_bar=False, tensorboard=False))
+        variants.override(config, {{
+            "data.name": "digits", "num_train_steps": 24, "data.batch_size": 32,
+            "data.eval_batch_size": 64, "optimizer.name": "sgd",
+            "optimizer.learning_rate": 0.1, "optimizer.weight_decay": 5e-4,
+            "schedule.name": "cosine", "schedule.warmup_epochs": 0.1,
+            "checkpoint_every_steps": 8, "log_every_steps": 8, "eval_every_steps": 0,
+            "progress_bar": False, "tensorboard": False}})
         config.model_kwargs.widths = (4, 8)
-        config.train_data_options = {{}}
+        config.data.train_options = {{}}
         return config
       """))
   workdir = tmp_path / "demo"

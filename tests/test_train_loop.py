@@ -8,7 +8,7 @@ import pytest
 
 from calib_jax import data
 from calib_jax.training import builders, checkpoint, config as config_lib, config_validation, loop
-from calib_jax.training import reporting
+from calib_jax.training import reporting, variants
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -40,26 +40,25 @@ def quick_rng_compilation():
   jax.config.update("jax_threefry_partitionable", previous)
 
 
-def tiny_config(**overrides):
+def tiny_config(**overrides):  # keys may be dotted: tiny_config(**{"data.batch_size": 16})
   """A few steps of a two-stage small CNN on sklearn digits (8x8), split over 8 fake devices."""
   config = config_lib.base_config()
-  config.dataset = "digits"
+  config.data.name = "digits"
   config.model = "small_cnn"
   config.model_kwargs.widths = (4, 8)
-  config.batch_size = 32
-  config.eval_batch_size = 64
+  config.data.batch_size = 32
+  config.data.eval_batch_size = 64
   config.num_train_steps = 24
-  config.learning_rate = 0.1
-  config.schedule = "cosine"
-  config.warmup_epochs = 0.1
+  config.optimizer.learning_rate = 0.1
+  config.schedule.name = "cosine"
+  config.schedule.warmup_epochs = 0.1
   config.checkpoint_every_steps = 8
   config.keep_checkpoints = 0
   config.log_every_steps = 8
   config.eval_every_steps = 0
   config.progress_bar = False
   config.tensorboard = False
-  config.update(overrides)
-  return config
+  return variants.override(config, overrides)
 
 
 def _arrays(state):
@@ -121,7 +120,7 @@ def test_resume_after_kill_and_after_stop_gives_same_final_state(tmp_path, monke
   train_steps = [r["step"] for r in records if r["split"] == "train"]
   assert train_steps == [8, 14, 16, 24]  # Before dying at step 10, then the resumed runs.
   saved = json.load(open(os.path.join(workdir, reporting.CONFIG_FILE)))
-  assert saved["dataset"] == "digits" and saved["num_train_steps"] == 24
+  assert saved["data"]["name"] == "digits" and saved["num_train_steps"] == 24
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
@@ -132,18 +131,18 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
   ckpt = checkpoint.Checkpointer(workdir, read_only=True)
   assert ckpt.all_steps() == [8]
   restored, meta = ckpt.restore(None)
-  assert meta["data_position"] == 8
+  assert meta["step"] == 8
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(restored["params"]))
 
 
 @pytest.mark.parametrize("overrides, message", [
     ({"loss": "smoothing"}, r"unknown loss 'smoothing'; valid loss names: ce, ls"),
     ({"model": "resnet7"}, r"unknown model 'resnet7'; valid model names: .*small_cnn"),
-    ({"dataset": "cifar11"}, r"unknown dataset 'cifar11'; valid dataset names: .*digits"),
-    ({"learning_rate": -0.1}, r"learning_rate must be > 0, got -0.1"),
-    ({"batch_size": 36}, r"batch_size=36 is not divisible by the number of devices \(8\)"),
+    ({"data.name": "cifar11"}, r"unknown dataset 'cifar11'; valid dataset names: .*digits"),
+    ({"optimizer.learning_rate": -0.1}, r"optimizer.learning_rate must be > 0, got -0.1"),
+    ({"data.batch_size": 36}, r"data.batch_size=36 is not divisible by the number of devices"),
     ({"loss_kwargs": {"epsilon": 1.5}}, r"loss 'ce'"),
-    ({"optimizer": "lion"}, r"unknown optimizer 'lion'; valid optimizers: sgd, adam, adamw"),
+    ({"optimizer.name": "lion"}, r"unknown optimizer 'lion'; valid optimizers: sgd, adam, adamw"),
     ({"loss": "als"}, r"needs per-example objectness"),
 ])
 def test_bad_config_fails_before_any_compilation(tmp_path, monkeypatch, overrides, message):
@@ -152,25 +151,25 @@ def test_bad_config_fails_before_any_compilation(tmp_path, monkeypatch, override
 
   monkeypatch.setattr(jax, "jit", no_compile)
   config = tiny_config()
-  for key, value in overrides.items():
-    config[key] = value
+  variants.override(config, overrides)
   with pytest.raises(config_validation.ConfigError, match=message):
     loop.train_and_evaluate(config, str(tmp_path / "bad"))
   assert not os.path.exists(tmp_path / "bad")
 
 
 def test_validation_lists_every_problem_and_catches_typos():
-  config = tiny_config(learning_rate=-1.0, momentum=1.5, sam_rho=-0.1)
+  config = tiny_config(**{"optimizer.learning_rate": -1.0, "optimizer.momentum": 1.5,
+                          "optimizer.sam_rho": -0.1})
   with pytest.raises(ValueError) as info:
     config_validation.validate(config)
   text = str(info.value)
   assert "learning_rate" in text and "momentum" in text and "sam_rho" in text
   config = tiny_config()
   with pytest.raises(AttributeError, match="learning_rat"):  # the schema is locked
-    config.learning_rat = 0.1
+    config.optimizer.learning_rat = 0.1
 
 
 def test_epoch_length_matches_training_stream():
-  config = tiny_config(num_train_steps=-1, num_epochs=2.5, batch_size=64)
+  config = tiny_config(num_train_steps=-1, num_epochs=2.5, **{"data.batch_size": 64})
   steps_per_epoch, total = builders.resolve_length(config, 1297)
   assert (steps_per_epoch, total) == (1297 // 64, round(2.5 * (1297 // 64)))

@@ -86,13 +86,13 @@ def test_checkpointer_keeps_newest_and_restores_into_sharding(tmp_path):
   ckpt = checkpoint.Checkpointer(str(tmp_path), save_every_steps=2, max_to_keep=2)
   for step in range(1, 8):
     state = state.replace(step=state.step + 1, params={"w": state.params["w"] + 1})
-    assert ckpt.maybe_save(step, state, {"data_position": step}) == (step % 2 == 0)
-  ckpt.save(7, state, {"data_position": 7})
+    assert ckpt.maybe_save(step, state, {"epoch": step / 4}) == (step % 2 == 0)
+  ckpt.save(7, state, {"epoch": 7 / 4})
   ckpt.wait()
   assert ckpt.all_steps() == [6, 7]
   restored, meta = ckpt.restore(checkpoint.abstract_like(state), step=6)
   ckpt.close()
-  assert meta == {"data_position": 6} and int(restored.step) == 6
+  assert meta == {"epoch": 6 / 4} and int(restored.step) == 6
   np.testing.assert_array_equal(restored.params["w"], np.arange(6.0).reshape(2, 3) + 6)
   assert restored.params["w"].sharding == parallel.replicated(mesh)
   np.testing.assert_array_equal(jax.random.key_data(jax.random.key(3)), restored.rng)

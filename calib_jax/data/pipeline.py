@@ -196,7 +196,7 @@ def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: Pipeline
     if spec.source.kind == "catalog" and not opts.download:
       raise FileNotFoundError(
           f"{spec.meta.name}: tfds dataset {tfds_name!r} is not prepared in "
-          f"{builder.data_dir_root} and data_options.download is False. "
+          f"{builder.data_dir_root} and download is False (config: data.options.download). "
           f"{spec.source.how_to_get}") from e
   builder = _prepare_once(tfds_name, data_dir, spec, opts)
   return builder.as_dataset(**kwargs), builder

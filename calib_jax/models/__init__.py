@@ -36,8 +36,8 @@ from calib_jax.models.weights import load_variables
 from calib_jax.models.weights import restore_pretrained
 from calib_jax.models.weights import save_variables
 
-__all__ = ["get", "names", "valid_kwargs", "param_count", "save_variables", "load_variables",
-           "restore_pretrained", "import_torch"]
+__all__ = ["get", "names", "register", "unregister", "valid_kwargs", "param_count",
+           "save_variables", "load_variables", "restore_pretrained", "import_torch"]
 
 _NOT_CONFIGURABLE = ("parent", "name", "num_classes")
 
@@ -111,6 +111,32 @@ _REGISTRY = _registry()
 def names() -> list[str]:
   """Sorted names accepted by `get`."""
   return sorted(_REGISTRY)
+
+
+def register(name: str, module: type[nn.Module], *, overwrite: bool = False) -> None:
+  """Makes a Flax module class of your own buildable by name (`config.model = name`).
+
+  `get(name, num_classes, **kw)` then builds `module(num_classes=num_classes, **kw)`; its
+  dataclass fields (other than `num_classes`) are the accepted `model_kwargs`. The module is
+  called as `module.apply(variables, x, train=...)` and returns logits, as the zoo's models do.
+
+  Raises:
+    ValueError: `name` is taken (pass `overwrite=True` to replace it) or `module` has no
+      `num_classes` field.
+  """
+  if name in _REGISTRY and not overwrite:
+    raise ValueError(f"model name {name!r} is already registered; pass overwrite=True to "
+                     "replace it")
+  if not (dataclasses.is_dataclass(module)
+          and "num_classes" in {f.name for f in dataclasses.fields(module)}):
+    raise ValueError(f"{getattr(module, '__name__', module)!r} needs a `num_classes` field to "
+                     "be registered as a model")
+  _REGISTRY[name] = _module_builder(module)
+
+
+def unregister(name: str) -> None:
+  """Removes a model `register` added (no-op for a name not registered)."""
+  _REGISTRY.pop(name, None)
 
 
 def _lookup(name: str) -> Callable[..., nn.Module]:

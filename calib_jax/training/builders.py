@@ -21,13 +21,31 @@ from calib_jax.training import step as step_lib
 def dataset_meta(config: ml_collections.ConfigDict) -> Any:
   """`calib_jax.data.info` of the config's dataset."""
   from calib_jax import data  # Deferred: imports TensorFlow.
-  return data.info(config.dataset)
+  return data.info(config.data.name)
+
+
+def data_problems(data_config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
+  """What is wrong with a config's `data` sub-config (the registry name is checked by
+  `config_validation`, which also builds the dataset's metadata)."""
+  problems = []
+  for field in ("batch_size", "eval_batch_size"):
+    value = data_config[field]
+    if value <= 0:
+      problems.append(f"data.{field} must be > 0, got {value}")
+    elif value % num_devices:
+      problems.append(f"data.{field}={value} is not divisible by the number of devices "
+                      f"({num_devices}); the batch is split evenly across them")
+  for role, tfds_split in data_config.splits.items():
+    if role not in ("train", "val", "test") or not isinstance(tfds_split, str) or not tfds_split:
+      problems.append(f"data.splits.{role}={tfds_split!r}: keys must be 'train', 'val' or "
+                      "'test' and values tfds split strings such as 'train[:50000]'")
+  return problems
 
 
 def split(config: ml_collections.ConfigDict, role: str) -> str:
-  """The split to read for `role` ('train', 'val' or 'test'): `config.splits[role]` if set,
+  """The split to read for `role` ('train', 'val' or 'test'): `config.data.splits[role]` if set,
   else the role itself, which `data.make_dataset` maps to the dataset's registered split."""
-  return config.splits.get(role, role)
+  return config.data.splits.get(role, role)
 
 
 def model_kwargs(config: ml_collections.ConfigDict, meta: Any) -> dict[str, Any]:
@@ -63,8 +81,8 @@ def num_train_examples(config: ml_collections.ConfigDict, meta: Any) -> int:
   once, which prepares locally built datasets.
   """
   import tensorflow_datasets as tfds  # Deferred: slow import.
-  options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
-  builder = tfds.builder(options.get("tfds_name") or meta.tfds_name, data_dir=config.data_dir)
+  options = {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
+  builder = tfds.builder(options.get("tfds_name") or meta.tfds_name, data_dir=config.data.dir)
   train_split = split(config, "train")
   if train_split == "train":
     train_split = meta.train_split
@@ -84,10 +102,10 @@ def resolve_length(config: ml_collections.ConfigDict, num_train_examples: int) -
     steps_per_epoch = int(config.steps_per_epoch)
   else:
     per_process = num_train_examples // jax.process_count()
-    steps_per_epoch = per_process // parallel.local_batch_size(config.batch_size)
+    steps_per_epoch = per_process // parallel.local_batch_size(config.data.batch_size)
     if steps_per_epoch < 1:
       raise config_lib.ConfigError(
-          f"batch_size={config.batch_size} is larger than the {num_train_examples} training "
+          f"batch_size={config.data.batch_size} is larger than the {num_train_examples} training "
           "examples")
   if config.num_train_steps > 0:
     total_steps = int(config.num_train_steps)
@@ -100,9 +118,10 @@ def example_input(config: ml_collections.ConfigDict) -> np.ndarray:
   """One real training input (its shape and dtype initialise the model); opening the pipeline
   also prepares locally built datasets on first use."""
   from calib_jax import data
-  dataset = data.make_dataset(config.dataset, split(config, "train"), batch_size=1,
+  dataset = data.make_dataset(config.data.name, split(config, "train"), batch_size=1,
                               train=False,
-                              data_dir=config.data_dir, **{**config.data_options.to_dict(), "max_examples": 1})
+                              data_dir=config.data.dir,
+                              **{**config.data.options.to_dict(), "max_examples": 1})
   batch = next(iter(dataset))
   return step_lib.model_input(batch)[:1]
 

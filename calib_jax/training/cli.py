@@ -11,10 +11,40 @@ from ml_collections import config_flags
 
 from calib_jax.training import config as config_lib
 
-CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/default.py",
-    "Config file (`file.py` or `file.py:variant`); override fields with --config.field=value.",
-    lock_config=True)
+DEFAULT_CONFIG = "configs/default.py"
+
+
+def _config_error_line(argv: list[str], error: Exception) -> str:
+  """The one-line reason why `--config=` / `--config.*=` of `argv` failed to load."""
+  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  spec = specs[-1] if specs else DEFAULT_CONFIG  # absl keeps the last --config=
+  try:
+    config = config_lib.load_config_file(spec)
+  except (config_lib.ConfigError, ValueError, OSError) as e:
+    return str(e).splitlines()[0]
+  for arg in argv[1:]:
+    if arg.startswith("--config."):
+      dotted = arg[len("--config."):].split("=")[0]
+      message = config_lib.unknown_field_message(config, dotted)
+      if message:
+        return message
+      group = config_lib.group_fields(config, dotted)
+      if group:
+        return (f"config field {dotted!r} is a group of fields ({', '.join(group)}); set one "
+                f"of them, e.g. --config.{dotted}.{'name' if 'name' in group else group[0]}=...")
+  return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+try:
+  # With the default file, absl parses the default (and applies the `--config.*` overrides of
+  # sys.argv) right here, at import: a bad override must already be one line here.
+  CONFIG = config_flags.DEFINE_config_file(
+      "config", DEFAULT_CONFIG,
+      "Config file (`file.py` or `file.py:variant`); override fields with "
+      "--config.field=value (e.g. --config.optimizer.learning_rate=0.01).",
+      lock_config=True)
+except (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError) as _error:
+  sys.exit(f"{os.path.basename(sys.argv[0])}: {_config_error_line(sys.argv, _error)}")
 WORKDIR = flags.DEFINE_string("workdir", None, "Work directory: checkpoints, metrics, logs.")
 
 
@@ -39,18 +69,3 @@ def parse_flags(argv: list[str]) -> list[str]:
   except (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError) as e:
     sys.exit(f"{os.path.basename(argv[0])}: {_config_error_line(argv, e)}")
 
-
-def _config_error_line(argv: list[str], error: Exception) -> str:
-  """The one-line reason why `--config=` / `--config.*=` of `argv` failed to load."""
-  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
-  spec = specs[-1] if specs else CONFIG.default  # absl keeps the last --config=
-  try:
-    config = config_lib.load_config_file(spec)
-  except (config_lib.ConfigError, ValueError, OSError) as e:
-    return str(e).splitlines()[0]
-  for arg in argv[1:]:
-    if arg.startswith("--config."):
-      message = config_lib.unknown_field_message(config, arg[len("--config."):].split("=")[0])
-      if message:
-        return message
-  return (str(error).splitlines() or [type(error).__name__])[0]

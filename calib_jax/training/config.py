@@ -1,21 +1,22 @@
 """The config schema: every field `train.py` and `eval.py` read, with its default.
 
-Experiment configs in `configs/` start from `base_config()` and override what their paper's
-recipe says. Field groups:
+Experiment configs in `configs/` start from `base_config()`, override what their paper's
+recipe says and offer named variants (`calib_jax.training.variants`). Fields:
 
 * run: `seed`, `multihost`, `num_train_steps` / `num_epochs`, `steps_per_epoch`,
   `stop_after_steps`;
-* data: `dataset`, `data_dir`, `splits` (tfds split per role), `data_options` (every split),
-  `train_data_options` (train only,
-  e.g. ALS's `objectness`/`context_rate`), `batch_size` (global), `eval_batch_size`;
+* `data`: `name`, `dir`, `splits` (tfds split per role), `options` (every split),
+  `train_options` (train only, e.g. ALS's `objectness`/`context_rate`), `batch_size` (global),
+  `eval_batch_size`;
 * model: `model`, `model_kwargs`, `dtype`, `pretrained` (path of variables to start from),
   `pretrained_skip` (top-level parameter names not taken from it);
 * loss: `loss`, `loss_kwargs`, `crl_weight` (CRL ranking term, 0 = off);
-* optimiser: `optimizer`, `learning_rate`, `momentum`, `nesterov`, `weight_decay`, `adam_*`,
-  `schedule`, `lr_boundaries_epochs`, `lr_decay_factor`, `poly_power`, `warmup_epochs`,
+* `optimizer`: `name`, `learning_rate`, `momentum`, `nesterov`, `weight_decay`, `b1`/`b2`/`eps`,
   `grad_clip_norm`, `sam_rho`, `lr_multipliers`;
+* `schedule`: `name`, `warmup_epochs`, `boundaries_epochs`, `decay_factor`, `poly_power`,
+  `time_decay`;
 * logging/checkpoints: `log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`,
-  `keep_checkpoints`, `tensorboard`;
+  `keep_checkpoints`, `tensorboard`, `progress_bar`;
 * `eval`: settings of eval.py (bins, p-norm candidates, selective-classification operating
   points, context-only evaluation).
 """
@@ -25,17 +26,10 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
-# Per-loss hyper-parameters used by the papers' tables (MbLS Sec. 5 "Baselines", ACLS Sec. 4.1
-# "Hyperparameters"): LS eps=0.05, FL gamma=3, FLSD gamma 5/3, ECP beta=0.1, MbLS alpha=0.1 with
-# a per-dataset margin; ACLS lambda_1=0.1, lambda_2=0.01 with the same margin; CRL weight 1.
-LOSS_VARIANTS = ("ce", "ls", "focal", "flsd", "ecp", "mbls", "mbls_m0", "acls", "crl", "mdca",
-                 "cpc", "mmce", "lr")
-
-
 # Sub-dicts whose keys are free-form (passed through as keyword arguments); every other part of
 # the schema is locked, so a misspelt field raises where it is set instead of being ignored.
-FREE_FORM_FIELDS = ("splits", "data_options", "train_data_options", "model_kwargs",
-                    "loss_kwargs", "lr_multipliers")
+FREE_FORM_FIELDS = ("data.splits", "data.options", "data.train_options", "model_kwargs",
+                    "loss_kwargs", "optimizer.lr_multipliers")
 
 
 class ConfigError(ValueError):
@@ -47,21 +41,24 @@ def base_config() -> ml_collections.ConfigDict:
 
   The returned config is locked (`ml_collections.ConfigDict.lock`): setting a field the schema
   does not have raises, with ml_collections' "did you mean" hint; the free-form sub-dicts of
-  `FREE_FORM_FIELDS` stay open.
+  `FREE_FORM_FIELDS` stay open. The `data`, `optimizer`, `schedule` and `eval` sub-configs are
+  checked by the code that builds from them (`data_problems`, `optim.optimizer_problems`,
+  `optim.schedule_problems`, `evaluate.eval_problems`), all at once by `config_validation`.
   """
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.multihost = False
 
-  c.dataset = "clutter_objects"
-  c.data_dir = config_dict.placeholder(str)
-  c.data_options = ml_collections.ConfigDict()
+  c.data = ml_collections.ConfigDict()
+  c.data.name = "clutter_objects"          # a name of the `calib_jax.data` registry
+  c.data.dir = config_dict.placeholder(str)  # tfds data_dir (default ~/tensorflow_datasets)
   # Overrides of the dataset's splits: 'train' / 'val' / 'test' -> a tfds split string, e.g.
   # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set.
-  c.splits = ml_collections.ConfigDict()
-  c.train_data_options = ml_collections.ConfigDict()
-  c.batch_size = 128
-  c.eval_batch_size = 256
+  c.data.splits = ml_collections.ConfigDict()
+  c.data.options = ml_collections.ConfigDict()        # `make_dataset` options, every split
+  c.data.train_options = ml_collections.ConfigDict()  # train split only (e.g. ALS objectness)
+  c.data.batch_size = 128                             # global, over all devices and hosts
+  c.data.eval_batch_size = 256
 
   c.model = "small_cnn"
   c.model_kwargs = ml_collections.ConfigDict()
@@ -82,23 +79,28 @@ def base_config() -> ml_collections.ConfigDict:
   # running the same command again continues. For job slots with a time limit.
   c.stop_after_steps = -1
 
-  c.optimizer = "sgd"
-  c.learning_rate = 0.1
-  c.momentum = 0.9
-  c.nesterov = False
-  c.weight_decay = 5e-4
-  c.adam_b1 = 0.9
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-8
-  c.schedule = "multistep"
-  c.lr_boundaries_epochs = ()
-  c.lr_decay_factor = 0.1
-  c.poly_power = 0.9
-  c.lr_time_decay = 0.0  # Keras-style lr / (1 + d·step) on top of the schedule (0 = off)
-  c.warmup_epochs = 0.0
-  c.grad_clip_norm = 0.0
-  c.sam_rho = 0.0
-  c.lr_multipliers = ml_collections.ConfigDict()
+  # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = "sgd"
+  c.optimizer.learning_rate = 0.1
+  c.optimizer.momentum = 0.9
+  c.optimizer.nesterov = False
+  c.optimizer.weight_decay = 5e-4
+  c.optimizer.b1 = 0.9     # adam / adamw moments
+  c.optimizer.b2 = 0.999
+  c.optimizer.eps = 1e-8
+  c.optimizer.grad_clip_norm = 0.0  # global gradient norm (0 = off)
+  c.optimizer.sam_rho = 0.0         # SAM radius (0 = off)
+  c.optimizer.lr_multipliers = ml_collections.ConfigDict()  # top-level param name -> factor
+
+  # `optim.make_schedule`'s arguments; epoch-valued fields are converted with steps_per_epoch.
+  c.schedule = ml_collections.ConfigDict()
+  c.schedule.name = "multistep"
+  c.schedule.warmup_epochs = 0.0
+  c.schedule.boundaries_epochs = ()
+  c.schedule.decay_factor = 0.1
+  c.schedule.poly_power = 0.9
+  c.schedule.time_decay = 0.0  # Keras-style lr / (1 + d·step) on top of the schedule (0 = off)
 
   c.log_every_steps = 50
   c.eval_every_steps = -1  # -1: once per epoch; 0: never during training.
@@ -125,20 +127,54 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.max_examples = -1            # -1: the whole split
   c.lock()
   for field in FREE_FORM_FIELDS:
-    c[field].unlock()
+    _get(c, field).unlock()
   return c
 
 
+def _get(config: ml_collections.ConfigDict, dotted: str) -> Any:
+  for part in dotted.split("."):
+    config = config[part]
+  return config
+
+
 def _suggestions(name: str, fields: list[str]) -> list[str]:
-  """Fields a misspelt or abbreviated `name` may mean: close spellings, initials ('lr' ->
-  'learning_rate'), prefixes."""
+  """Dotted `fields` a misspelt, abbreviated or moved `name` may mean: close spellings of the
+  last part, initials ('lr' -> 'optimizer.learning_rate'), prefixes."""
   import difflib
-  initials = [f for f in fields if "_" in f and "".join(w[0] for w in f.split("_")) == name]
-  close = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
+  by_leaf: dict[str, list[str]] = {}
+  for field in fields:
+    by_leaf.setdefault(field.rsplit(".", 1)[-1], []).append(field)
+  initials = [f for leaf, fs in by_leaf.items() if "_" in leaf
+              and "".join(w[0] for w in leaf.split("_")) == name for f in fs]
+  close = [f for leaf in difflib.get_close_matches(name, list(by_leaf), n=3, cutoff=0.6)
+           for f in by_leaf[leaf]]
   best = list(dict.fromkeys(initials + close))
   if best:
     return best[:3]
-  return [f for f in fields if f.startswith(name) and len(name) >= 2][:3]
+  return [f for leaf, fs in by_leaf.items() if leaf.startswith(name) and len(name) >= 2
+          for f in fs][:3]
+
+
+# Fields of the flat schema before the `data` / `optimizer` / `schedule` sub-configs, and where
+# they live now: an old command line or config file gets the new name in its one-line error.
+MOVED_FIELDS = {
+    "dataset": "data.name", "data_dir": "data.dir", "data_options": "data.options",
+    "train_data_options": "data.train_options", "splits": "data.splits",
+    "batch_size": "data.batch_size", "eval_batch_size": "data.eval_batch_size",
+    "learning_rate": "optimizer.learning_rate", "momentum": "optimizer.momentum",
+    "nesterov": "optimizer.nesterov", "weight_decay": "optimizer.weight_decay",
+    "adam_b1": "optimizer.b1", "adam_b2": "optimizer.b2", "adam_eps": "optimizer.eps",
+    "grad_clip_norm": "optimizer.grad_clip_norm", "sam_rho": "optimizer.sam_rho",
+    "lr_multipliers": "optimizer.lr_multipliers", "warmup_epochs": "schedule.warmup_epochs",
+    "lr_boundaries_epochs": "schedule.boundaries_epochs",
+    "lr_decay_factor": "schedule.decay_factor", "poly_power": "schedule.poly_power",
+    "lr_time_decay": "schedule.time_decay",
+}
+
+
+def _hint(name: str, candidates: list[str]) -> list[str]:
+  return [MOVED_FIELDS[name]] if name in MOVED_FIELDS else _suggestions(
+      name.rsplit(".", 1)[-1], candidates)
 
 
 def unknown_field_message(config: ml_collections.ConfigDict, dotted: str) -> str | None:
@@ -150,43 +186,28 @@ def unknown_field_message(config: ml_collections.ConfigDict, dotted: str) -> str
       return None
     if part not in node:
       name = ".".join(path + [part])
-      fields = sorted(node.keys())
-      hint = _suggestions(part, fields)
+      prefix = ".".join(path) + "." if path else ""
+      hint = _hint(name, [f for f in _field_names(config) if f.startswith(prefix)])
       if hint:
         return f"unknown config field {name!r}; did you mean {' or '.join(map(repr, hint))}?"
       where = ".".join(path) or "the config"
+      fields = sorted(node.keys())
       return (f"unknown config field {name!r}; fields of {where}: "
               f"{', '.join(fields) or '(none: free-form, set in the config file)'}")
     node, path = node[part], path + [part]
   return None
 
 
-def apply_loss_variant(config: ml_collections.ConfigDict, variant: str, *,
-                       margin: float) -> ml_collections.ConfigDict:
-  """Sets `loss`, `loss_kwargs` and `crl_weight` for one column of the papers' tables.
-
-  Args:
-    config: the config to modify (returned for chaining).
-    variant: one of `LOSS_VARIANTS`; `mbls_m0` is MbLS with margin 0 ("Ours (m=0)").
-    margin: the dataset's margin for MbLS and ACLS (6 for CIFAR-10 and 20 Newsgroups, else 10).
-  """
-  if variant not in LOSS_VARIANTS:
-    raise ValueError(f"Unknown loss variant {variant!r}; valid: {', '.join(LOSS_VARIANTS)}")
-  kwargs: dict[str, Any] = {
-      "ce": {}, "crl": {}, "mdca": {}, "cpc": {}, "mmce": {},
-      "ls": {"epsilon": 0.05},
-      "focal": {"gamma": 3.0},
-      "flsd": {"gamma": 3.0},
-      "ecp": {"beta": 0.1},
-      "mbls": {"margin": float(margin), "alpha": 0.1},
-      "mbls_m0": {"margin": 0.0, "alpha": 0.1},
-      "acls": {"margin": float(margin), "lambda_pos": 0.1, "lambda_neg": 0.01},
-      "lr": {"alpha": 0.1},
-  }[variant]
-  config.loss = {"crl": "ce", "mbls_m0": "mbls"}.get(variant, variant)
-  config.loss_kwargs = ml_collections.ConfigDict(kwargs)
-  config.crl_weight = 1.0 if variant == "crl" else 0.0
-  return config
+def group_fields(config: ml_collections.ConfigDict, dotted: str) -> list[str]:
+  """The fields of `dotted` when it names a locked sub-config (`optimizer`, `data`, ...), where
+  a single value cannot go; else []."""
+  try:
+    node = _get(config, dotted)
+  except (AttributeError, KeyError):
+    return []
+  if not isinstance(node, ml_collections.ConfigDict) or dotted in FREE_FORM_FIELDS:
+    return []
+  return list(node.keys())
 
 
 def unattended_run(config: ml_collections.ConfigDict, *, log_every_steps: int,
@@ -199,39 +220,6 @@ def unattended_run(config: ml_collections.ConfigDict, *, log_every_steps: int,
   config.log_every_steps = log_every_steps
   config.checkpoint_every_steps = checkpoint_every_steps
   config.keep_checkpoints = 1
-  return config
-
-
-def select_variant(arg: str | None, valid: tuple[str, ...], default: str) -> str:
-  """The variant named by a config file's `:arg` (`default` when empty), checked against `valid`."""
-  variant = arg or default
-  if variant not in valid:
-    raise ValueError(f"Unknown config variant {variant!r}; valid: {', '.join(valid)}")
-  return variant
-
-
-def apply_smoothing_level(config: ml_collections.ConfigDict,
-                          arg: str | None) -> ml_collections.ConfigDict:
-  """LS-vs-SC variants: `ce` (alpha = 0) or `ls<alpha>` such as `ls0.2` (label smoothing).
-
-  The LS-vs-SC paper varies only the smoothing level alpha between runs (its Figs. 1 and 4).
-  """
-  variant = arg or "ce"
-  if variant == "ce":
-    config.loss = "ce"
-    config.loss_kwargs = ml_collections.ConfigDict()
-    return config
-  try:
-    if not variant.startswith("ls"):
-      raise ValueError
-    alpha = float(variant[2:])
-  except ValueError:
-    raise ValueError(f"Unknown config variant {variant!r}; valid: 'ce' or 'ls<alpha>', "
-                     "e.g. 'ls0.1'") from None
-  if not 0.0 < alpha < 1.0:
-    raise ValueError(f"label smoothing alpha must be in (0, 1), got {alpha} from {variant!r}")
-  config.loss = "ls"
-  config.loss_kwargs = ml_collections.ConfigDict({"epsilon": alpha})
   return config
 
 
@@ -280,17 +268,16 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     if match is None:
       raise
     name = match.group(1)
-    fields = sorted(set(_field_names(base_config())))
-    hint = _suggestions(name, fields)
+    hint = _hint(name, _field_names(base_config()))
     hint_text = f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""
     raise ConfigError(f"{path}: sets unknown config field {name!r}{hint_text}") from None
 
 
-def _field_names(config: ml_collections.ConfigDict) -> list[str]:
-  """Every field name of a config, at any depth (not the free-form sub-dicts' keys)."""
+def _field_names(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+  """Every field of a config as a dotted path, at any depth (not the free-form sub-dicts' keys)."""
   names = []
   for key, value in config.items():
-    names.append(key)
-    if isinstance(value, ml_collections.ConfigDict) and key not in FREE_FORM_FIELDS:
-      names.extend(_field_names(value))
+    names.append(prefix + key)
+    if isinstance(value, ml_collections.ConfigDict) and prefix + key not in FREE_FORM_FIELDS:
+      names.extend(_field_names(value, prefix + key + "."))
   return names

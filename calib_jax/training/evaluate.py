@@ -293,7 +293,7 @@ class CalibrationReport:
         fit["pnorm"], fit.get("temperature_grid"))
     segmentation = meta.task == "segmentation"
     results = {
-        "dataset": config.dataset, "model": config.model, "loss": config.loss,
+        "dataset": config.data.name, "model": config.model, "loss": config.loss,
         "loss_kwargs": config.loss_kwargs.to_dict(), "split": split,
         "fit": fit,
         "pre_temperature": _calibration_table(accumulated["pre"], segmentation),

@@ -19,6 +19,29 @@ from calib_jax.training import builders, parallel, step as step_lib
 VALIDATION_KEYS = ("accuracy", "nll", "ece", "aece", "brier", "aurc")
 
 
+def eval_problems(eval_config: ml_collections.ConfigDict) -> list[str]:
+  """What is wrong with a config's `eval` sub-config (the settings of the evaluators)."""
+  e = eval_config
+  checks = [
+      (e.num_bins > 0, f"eval.num_bins must be > 0, got {e.num_bins}"),
+      (len(e.pnorm_candidates) > 0 and all(p > 0 for p in e.pnorm_candidates),
+       f"eval.pnorm_candidates must be positive numbers, got {e.pnorm_candidates}"),
+      (all(0 < r <= 1 for r in e.risk_levels),
+       f"eval.risk_levels must be in (0, 1], got {e.risk_levels}"),
+      (all(0 < c <= 1 for c in e.coverage_levels),
+       f"eval.coverage_levels must be in (0, 1], got {e.coverage_levels}"),
+      (all(t > 0 for t in e.temperature_grid),
+       f"eval.temperature_grid must hold temperatures > 0, got {e.temperature_grid}"),
+      (e.max_examples == -1 or e.max_examples > 0,
+       f"eval.max_examples must be -1 (all) or > 0, got {e.max_examples}"),
+      (e.fit_split in ("val", "test"),
+       f"eval.fit_split must be 'val' or 'test', got {e.fit_split!r}"),
+  ]
+  checks += [(e[field] > 0, f"eval.{field} must be > 0, got {e[field]}")
+             for field in ("fit_pixels_per_image", "score_pixels_per_image", "max_plot_samples")]
+  return [message for ok, message in checks if not ok]
+
+
 def to_host(x: jax.Array) -> np.ndarray:
   """The full value of a global array on this host (gathered across processes if needed)."""
   if jax.process_count() > 1:
@@ -31,13 +54,13 @@ def eval_batches(config: ml_collections.ConfigDict, split: str, mesh: jax.shardi
   """One pass over the config's `split` role ('val', 'test' or a tfds split string) as global
   batches (the last one padded, `mask` False there)."""
   from calib_jax import data
-  options = {**config.data_options.to_dict(), **extra_options}
+  options = {**config.data.options.to_dict(), **extra_options}
   if config.eval.max_examples > 0:
     options["max_examples"] = int(config.eval.max_examples)
   stream = data.make_dataset(
-      config.dataset, builders.split(config, split),
-      batch_size=parallel.local_batch_size(config.eval_batch_size),
-      train=False, data_dir=config.data_dir, process_index=jax.process_index(),
+      config.data.name, builders.split(config, split),
+      batch_size=parallel.local_batch_size(config.data.eval_batch_size),
+      train=False, data_dir=config.data.dir, process_index=jax.process_index(),
       process_count=jax.process_count(), **options)
   for batch in stream:
     yield parallel.to_global(batch, mesh)

@@ -30,7 +30,9 @@ class NonFiniteLossError(FloatingPointError):
 
 
 def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
-  return {"step": step, "data_position": step, "epoch": step / steps_per_epoch}
+  # No separate data position: the training stream is a function of (seed, step), so a resume
+  # opens it at `start_batch = step`.
+  return {"step": step, "epoch": step / steps_per_epoch}
 
 
 def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
@@ -40,13 +42,13 @@ def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
 def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
   """The training batches from data position `start_step` on (this process's share)."""
   from calib_jax import data
-  options = {**config.data_options.to_dict(), **config.train_data_options.to_dict()}
+  options = {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
   if config.crl_weight > 0:
     options["return_index"] = True  # CRL keys its correctness history by example position
   return iter(data.make_dataset(
-      config.dataset, builders.split(config, "train"),
-      batch_size=parallel.local_batch_size(config.batch_size),
-      train=True, seed=config.seed, data_dir=config.data_dir, start_batch=start_step,
+      config.data.name, builders.split(config, "train"),
+      batch_size=parallel.local_batch_size(config.data.batch_size),
+      train=True, seed=config.seed, data_dir=config.data.dir, start_batch=start_step,
       process_index=jax.process_index(), process_count=jax.process_count(), **options))
 
 
@@ -94,8 +96,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   mesh = parallel.make_mesh(devices)
   model = builders.build_model(config, meta)
   loss_fn = builders.build_loss(config)
-  schedule = optim.schedule_from_config(config, total_steps, steps_per_epoch)
-  tx = optim.optimizer_from_config(config, schedule)
+  schedule = optim.schedule_from_config(
+      config.schedule, base_lr=config.optimizer.learning_rate, total_steps=total_steps,
+      steps_per_epoch=steps_per_epoch)
+  tx = optim.optimizer_from_config(config.optimizer, schedule)
   crl_num_examples = num_train_examples if config.crl_weight > 0 else 0
 
   log_lib.save_config(config, workdir)
@@ -103,10 +107,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       workdir, save_every_steps=config.checkpoint_every_steps,
       max_to_keep=config.keep_checkpoints)
   if checkpointer.latest_step() is not None:
-    state, meta_ckpt = checkpointer.restore(
+    state, _ = checkpointer.restore(
         builders.abstract_state(config, model, tx, example, mesh, crl_num_examples))
-    logging.info("Resuming at step %d (data position %d).", int(state.step),
-                 meta_ckpt["data_position"])
+    logging.info("Resuming at step %d (the training stream restarts at batch %d).",
+                 int(state.step), int(state.step))
   else:
     state = builders.initial_state(config, model, tx, example, mesh, crl_num_examples)
   start_step = int(jax.device_get(state.step))
@@ -116,7 +120,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     return state
 
   train_step = step_lib.jit_train_step(
-      step_lib.make_train_step(model, loss_fn, tx, schedule, sam_rho=config.sam_rho,
+      step_lib.make_train_step(model, loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
                                crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
       mesh)
   train_iter = open_train_stream(config, start_step)

@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from calib_jax.training import config as config_lib
+
 SCHEDULES = ("constant", "multistep", "cosine", "poly")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
@@ -91,18 +93,45 @@ def make_schedule(
   return schedule
 
 
-def schedule_from_config(config: Any, total_steps: int, steps_per_epoch: int) -> optax.Schedule:
-  """`make_schedule` with the settings of a training config (`training.config.base_config`)."""
+def schedule_problems(schedule: Any) -> list[str]:
+  """What is wrong with a config's `schedule` sub-config (`training.config.base_config`)."""
+  problems = []
+  if schedule.name not in SCHEDULES:
+    problems.append(f"unknown schedule {schedule.name!r}; valid schedules: "
+                    f"{', '.join(SCHEDULES)}")
+  boundaries = list(schedule.boundaries_epochs)
+  for ok, message in (
+      (schedule.warmup_epochs >= 0, f"schedule.warmup_epochs must be >= 0, got "
+       f"{schedule.warmup_epochs}"),
+      (schedule.decay_factor > 0, f"schedule.decay_factor must be > 0, got "
+       f"{schedule.decay_factor}"),
+      (schedule.poly_power > 0, f"schedule.poly_power must be > 0, got {schedule.poly_power}"),
+      (schedule.time_decay >= 0, f"schedule.time_decay must be >= 0 (0 = off), got "
+       f"{schedule.time_decay}"),
+      (all(b >= 0 for b in boundaries) and boundaries == sorted(boundaries),
+       f"schedule.boundaries_epochs must be non-negative and ascending, got "
+       f"{tuple(boundaries)}")):
+    if not ok:
+      problems.append(message)
+  return problems
+
+
+def schedule_from_config(schedule: Any, *, base_lr: float, total_steps: int,
+                         steps_per_epoch: int) -> optax.Schedule:
+  """`make_schedule` from a config's `schedule` sub-config; `ConfigError` if it is invalid."""
+  problems = schedule_problems(schedule)
+  if problems:
+    raise config_lib.ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
   return make_schedule(
-      name=config.schedule,
-      base_lr=config.learning_rate,
+      name=schedule.name,
+      base_lr=base_lr,
       total_steps=total_steps,
       steps_per_epoch=steps_per_epoch,
-      warmup_epochs=config.warmup_epochs,
-      boundaries_epochs=tuple(config.lr_boundaries_epochs),
-      decay_factor=config.lr_decay_factor,
-      poly_power=config.poly_power,
-      time_decay=config.lr_time_decay,
+      warmup_epochs=schedule.warmup_epochs,
+      boundaries_epochs=tuple(schedule.boundaries_epochs),
+      decay_factor=schedule.decay_factor,
+      poly_power=schedule.poly_power,
+      time_decay=schedule.time_decay,
   )
 
 
@@ -171,17 +200,46 @@ def make_optimizer(
   return optax.chain(*chain)
 
 
-def optimizer_from_config(config: Any, schedule: optax.Schedule) -> optax.GradientTransformation:
-  """`make_optimizer` with the settings of a training config (`training.config.base_config`)."""
+def optimizer_problems(optimizer: Any) -> list[str]:
+  """What is wrong with a config's `optimizer` sub-config (`training.config.base_config`)."""
+  o = optimizer
+  problems = []
+  if o.name not in OPTIMIZERS:
+    problems.append(f"unknown optimizer {o.name!r}; valid optimizers: {', '.join(OPTIMIZERS)}")
+  for ok, message in (
+      (o.learning_rate > 0, f"optimizer.learning_rate must be > 0, got {o.learning_rate}"),
+      (0 <= o.momentum < 1, f"optimizer.momentum must be in [0, 1), got {o.momentum}"),
+      (o.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {o.weight_decay}"),
+      (0 <= o.b1 < 1 and 0 <= o.b2 < 1,
+       f"optimizer.b1/b2 must be in [0, 1), got {o.b1}, {o.b2}"),
+      (o.eps > 0, f"optimizer.eps must be > 0, got {o.eps}"),
+      (o.grad_clip_norm >= 0, f"optimizer.grad_clip_norm must be >= 0 (0 = off), got "
+       f"{o.grad_clip_norm}"),
+      (o.sam_rho >= 0, f"optimizer.sam_rho must be >= 0 (0 = off), got {o.sam_rho}")):
+    if not ok:
+      problems.append(message)
+  for key, value in o.lr_multipliers.items():
+    if not value >= 0:
+      problems.append(f"optimizer.lr_multipliers[{key!r}] must be >= 0, got {value}")
+  return problems
+
+
+def optimizer_from_config(optimizer: Any,
+                          schedule: optax.Schedule) -> optax.GradientTransformation:
+  """`make_optimizer` from a config's `optimizer` sub-config with the learning rate `schedule`;
+  `ConfigError` if the sub-config is invalid. (`sam_rho` is read by the train step.)"""
+  problems = optimizer_problems(optimizer)
+  if problems:
+    raise config_lib.ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
   return make_optimizer(
-      name=config.optimizer,
+      name=optimizer.name,
       learning_rate=schedule,
-      momentum=config.momentum,
-      nesterov=config.nesterov,
-      weight_decay=config.weight_decay,
-      b1=config.adam_b1,
-      b2=config.adam_b2,
-      eps=config.adam_eps,
-      grad_clip_norm=config.grad_clip_norm,
-      lr_multipliers=dict(config.lr_multipliers),
+      momentum=optimizer.momentum,
+      nesterov=optimizer.nesterov,
+      weight_decay=optimizer.weight_decay,
+      b1=optimizer.b1,
+      b2=optimizer.b2,
+      eps=optimizer.eps,
+      grad_clip_norm=optimizer.grad_clip_norm,
+      lr_multipliers=dict(optimizer.lr_multipliers),
   )

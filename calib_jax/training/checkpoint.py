@@ -2,8 +2,8 @@
 
 A checkpoint holds two items: `state` (the `TrainState` pytree: params, batch statistics,
 optimiser state, step, base RNG key, CRL history) and `meta` (JSON written by the caller; the
-training loop stores the step and epoch; the data position is the step). The orbax `CheckpointManager` decides
-which steps are saved (a fixed interval) and how many are kept. Saves are asynchronous; `wait()`
+training loop stores the step and epoch; the data position is the step). The orbax
+`CheckpointManager` decides which steps are saved (a fixed interval) and how many are kept. Saves are asynchronous; `wait()`
 before reading them or exiting. Only finite states are ever passed to `save` (the loop checks
 first), so the newest checkpoint on disk is always a good one.
 """

@@ -206,3 +206,22 @@ def test_eval_weights_errors_are_one_line_and_exit_non_zero(tmp_path, parse):
   with pytest.raises(SystemExit) as e:
     eval_program.main(["eval.py"])
   assert "missing params/head/kernel" in e.value.code and "\n" not in e.value.code
+
+
+def test_pretrained_pth_goes_through_torch_load(tmp_path, monkeypatch):
+  """A .pth `pretrained` is read with torch.load (stood in for: the suite has no torch) and
+  converted like the .safetensors file of the same tensors."""
+  import sys
+  import types
+  state = _grayscale_resnet18(num_classes=10, seed=6)
+  calls = []
+  monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(
+      load=lambda path, **kw: calls.append(path) or dict(state)))
+  pth = tmp_path / "resnet18-f37072fd.pth"
+  pth.write_bytes(b"")
+  config = _digits_resnet18(pretrained=str(pth))
+  from_pth = builders.read_weight_file(config, str(pth), "config.pretrained", 10)
+  assert calls == [str(pth)]
+  from_safetensors = builders.read_weight_file(
+      config, _save(state, tmp_path / "r18.safetensors"), "config.pretrained", 10)
+  jax.tree.map(np.testing.assert_array_equal, from_pth, from_safetensors)

@@ -3,25 +3,35 @@ temperature scaling, written to `<workdir>/eval_<split>/metrics.json` with plots
 
     python eval.py --config=configs/cifar10_resnet50.py:mbls --workdir=workdirs/c10_mbls \
         [--split=test] [--step=N]
+
+With `--weights=FILE` (our variables file, or a torchvision / timm .pth/.pt/.bin/.safetensors
+state dict of the config's model) those weights are evaluated instead of a checkpoint: no
+training run is needed, the workdir only receives the results.
 """
 import sys
 
 from absl import app, flags, logging
 
-from calib_jax.training import cli, config_validation, evaluate
+from calib_jax.training import builders, cli, config_validation, evaluate
 
 _SPLIT = flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
+_WEIGHTS = flags.DEFINE_string(
+    "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
+    "file or a PyTorch .pth/.pt/.bin/.safetensors state dict of the config's model.")
 
 
 def main(argv: list[str]) -> None:
-  """Entry point: restores the checkpoint, writes metrics and plots, prints a summary."""
+  """Entry point: restores the checkpoint (or reads --weights), writes metrics and plots,
+  prints a summary."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if _WEIGHTS.value and _STEP.value is not None:
+    raise app.UsageError("--step picks a checkpoint; it cannot go with --weights")
   try:
     results = evaluate.evaluate_run(cli.CONFIG.value, cli.workdir(), split=_SPLIT.value,
-                                    step=_STEP.value)
-  except (config_validation.ConfigError, FileNotFoundError) as e:
+                                    step=_STEP.value, weights=_WEIGHTS.value)
+  except (config_validation.ConfigError, builders.WeightFileError, FileNotFoundError) as e:
     logging.error("%s", e)
     sys.exit(f"eval.py: {e}")
   print(evaluate.format_table(results))

@@ -9,7 +9,7 @@ import sys
 
 from absl import app, logging
 
-from calib_jax.training import cli, config_validation, loop
+from calib_jax.training import builders, cli, config_validation, loop
 
 
 def main(argv: list[str]) -> None:
@@ -18,7 +18,8 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   try:
     loop.train_and_evaluate(cli.CONFIG.value, cli.workdir())
-  except (config_validation.ConfigError, loop.NonFiniteLossError, FileNotFoundError) as e:
+  except (config_validation.ConfigError, builders.WeightFileError, loop.NonFiniteLossError,
+          FileNotFoundError) as e:
     logging.error("%s", e)
     sys.exit(f"train.py: {e}")
 

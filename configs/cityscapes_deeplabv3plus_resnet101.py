@@ -7,7 +7,10 @@ the dataset's training crop here, `calib_jax.data.info('cityscapes').image_shape
 colour jitter; evaluation at full resolution. Val and test are the official validation set.
 
     python train.py --config=configs/cityscapes_deeplabv3plus_resnet101.py:ls0.1 \
-        --workdir=workdirs/cs_ls01 --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack
+        --workdir=workdirs/cs_ls01 --config.pretrained=/path/to/resnet101-63fe2227.pth
+
+`pretrained` (unset by default): torchvision's ImageNet ResNet-101 file (`resnet101-63fe2227.pth`,
+or .safetensors, or our variables file) fills the DeepLab's backbone.
 
 Variants (`:arg`): `ce` (alpha = 0, default) or `ls<alpha>` for alpha in 0.05, 0.1, 0.2, 0.3,
 0.4, 0.5 (`ls0.2`); another level: `--config.loss_kwargs.epsilon=`.

@@ -8,11 +8,13 @@ default (`calib_jax.data.info('cub200').image_shape`).
 Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/trainer.py`,
 `clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
-Pre-trained weights are a file the config names: pass ImageNet ResNet-101 variables
-(`calib_jax.models.save_variables` format); the classifier `head` is re-initialised.
+Pre-trained weights are a file the config names (`pretrained` is unset by default): torchvision's
+ImageNet ResNet-101, as downloaded (`resnet101-63fe2227.pth` for IMAGENET1K_V1,
+`resnet101-cd907fc2.pth` for V2; reading .pth needs torch) or saved as .safetensors, or our own
+variables file (`calib_jax.models.save_variables`). The classifier `head` is re-initialised.
 
     python train.py --config=configs/cub200_resnet101.py:mbls --workdir=workdirs/cub_mbls \
-        --config.pretrained=/path/to/resnet101_imagenet.msgpack
+        --config.pretrained=/path/to/resnet101-63fe2227.pth
 
 Variants (`:arg`): ce, ecp, ls, focal, flsd, mbls_m0, mbls (default).
 """

@@ -3,10 +3,11 @@
 
 The recipe of `voc2012_deeplabv3_resnet50.py` (same data, schedule and margin m = 10) with the
 dilated ResNet-34 backbone (basic blocks, 512 feature channels); the encoder is initialised from a
-local ImageNet ResNet-34 file.
+local ImageNet ResNet-34 file: torchvision's `resnet34-b627a593.pth` (IMAGENET1K_V1) as
+downloaded (reading .pth needs torch), or saved as .safetensors, or our own variables file.
 
     python train.py --config=configs/voc2012_deeplabv3_resnet34.py:mbls --workdir=workdirs/voc_r34_mbls \
-        --config.pretrained=/path/to/resnet34_imagenet.msgpack
+        --config.pretrained=/path/to/resnet34-b627a593.pth
 
 Variants (`:arg`): ce, ecp, ls, focal, mbls (default).
 """

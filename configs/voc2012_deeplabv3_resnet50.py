@@ -11,7 +11,13 @@ Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/seg
 `clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 
     python train.py --config=configs/voc2012_deeplabv3_resnet50.py:mbls --workdir=workdirs/voc_mbls \
-        --config.pretrained=/path/to/deeplab_backbone_imagenet.msgpack
+        --config.pretrained=/path/to/resnet50-0676ba61.pth
+
+`pretrained` (unset by default) is torchvision's ImageNet ResNet-50 file as downloaded
+(`resnet50-0676ba61.pth` for IMAGENET1K_V1, `resnet50-11ad3fa6.pth` for V2; reading .pth needs
+torch) or saved as .safetensors: its layers go into the DeepLab's 'backbone', its ImageNet
+classifier is dropped, and ASPP, decoder and head (`pretrained_skip`) start fresh. Our own
+variables file (`calib_jax.models.save_variables`) works too.
 
 Variants (`:arg`): ce, ecp, ls, focal, flsd, mbls (default), acls, mdca, cpc, mmce.
 """

@@ -11,9 +11,13 @@ Supported layouts:
 * vit_ti16 / vit_s16 / vit_b16: timm's `vit_{tiny,small,base}_patch16_224` (`patch_embed.proj`,
   `cls_token`, `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`,
   `norm`, `head`); `attn.qkv` is split into query/key/value and heads.
-DeepLab models share the ResNet's 'backbone' subtree: import the ImageNet ResNet and put it into
-the DeepLab with `restore_pretrained` (config.pretrained); torchvision's DeepLab heads are not
-converted.
+* deeplabv3_resnet* / deeplabv3plus_resnet*: torchvision's ImageNet `resnet*` file of the same
+  depth gives the DeepLab's 'backbone' subtree (the ResNet and DeepLab share it); the ImageNet
+  classifier is dropped, and ASPP / decoder / head stay for `restore_pretrained` to keep fresh.
+  torchvision's DeepLab heads are not converted.
+
+`config.pretrained` (and `eval.py --weights`) take such files directly: a path ending in one of
+`TORCH_SUFFIXES` is converted for the config's model with `import_torch`.
 """
 import json
 import os
@@ -27,6 +31,30 @@ from flax import traverse_util
 Path = str | os.PathLike
 StateDict = Mapping[str, Any]
 _MAX_LISTED = 20
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
+
+
+def is_torch_file(path: Path) -> bool:
+  """Whether `path` names a PyTorch or safetensors weight file (judged by its suffix)."""
+  return os.fspath(path).lower().endswith(TORCH_SUFFIXES)
+
+
+def torch_layout(name: str) -> str | None:
+  """The torchvision / timm model whose state dict `import_torch` reads for our model `name`
+  (a DeepLab reads its backbone's ImageNet ResNet), or None where there is no converter."""
+  deeplab = re.fullmatch(r"deeplabv3(?:plus)?_(resnet\d+)", name)
+  if deeplab:
+    return deeplab[1]
+  return name if re.fullmatch(r"resnet\d+|vit_(ti|s|b)16", name) else None
+
+
+def torch_models() -> list[str]:
+  """Registered models `import_torch` converts to: ResNets, patch-16 ViTs, DeepLabs."""
+  from calib_jax import models  # late: calib_jax.models imports this module
+  kinds = ("resnet", "vit_", "deeplabv3_", "deeplabv3plus_")
+  supported = [n for n in models.names() if torch_layout(n)]
+  return sorted(supported, key=lambda n: (next(i for i, k in enumerate(kinds) if n.startswith(k)),
+                                          int(re.sub(r"\D", "", n) or 0), n))
 
 
 def _read_state_dict(source: Path | StateDict) -> dict[str, np.ndarray]:
@@ -157,7 +185,9 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
   """Converts a torchvision ResNet / timm ViT state dict into variables of model `name`.
 
   Args:
-    name: resnet18/34/50/101/152 or vit_ti16/vit_s16/vit_b16.
+    name: one of `torch_models()`: resnet18/34/50/101/152, vit_ti16/vit_s16/vit_b16, or a
+      deeplabv3(plus)_resnet* (then the file is the ImageNet ResNet of that depth and only its
+      'backbone' subtree is returned; num_classes and model_kwargs are not used).
     path_or_state_dict: a .safetensors file, a .pth/.pt file (needs torch), or a mapping of
       tensor name -> array.
     num_classes: classes of the model the variables are for; None takes the file's head. With
@@ -166,22 +196,27 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
     model_kwargs: other `models.get` options of the target model (e.g. image_size for a ViT).
 
   Returns:
-    {'params': ..., 'batch_stats': ...} (ResNets) or {'params': ...} (ViTs), numpy float32
-    leaves, with the 'head' subtree absent when num_classes differs from the file's.
+    {'params': ..., 'batch_stats': ...} (ResNets, DeepLabs) or {'params': ...} (ViTs), numpy
+    float32 leaves, with the 'head' subtree absent when num_classes differs from the file's
+    (always, for a DeepLab).
 
   Raises:
     ValueError: an unsupported model, or the state dict does not match the model: one message
       listing the missing tensors, the unused ones and the shape mismatches.
   """
   from calib_jax import models  # late: calib_jax.models imports this module
+  layout = torch_layout(name)
+  if layout is None:
+    raise ValueError(f"no PyTorch converter for model {name!r}; import_torch supports "
+                     f"{', '.join(torch_models())}")
+  if layout != name:  # a DeepLab: the ImageNet ResNet's backbone
+    resnet = import_torch(layout, path_or_state_dict)
+    return {collection: {"backbone": tree["backbone"]} for collection, tree in resnet.items()}
   state = _read_state_dict(path_or_state_dict)
-  if re.fullmatch(r"resnet\d+", name):
+  if layout.startswith("resnet"):
     rules, head_key = _RESNET_MODULES, "fc.weight"
-  elif re.fullmatch(r"vit_(ti|s|b)16", name):
-    rules, head_key = _VIT_MODULES, "head.weight"
   else:
-    raise ValueError(f"import_torch supports resnet18/34/50/101/152 and vit_ti16/s16/b16, got "
-                     f"{name!r} (DeepLab: import the ResNet, then models.restore_pretrained)")
+    rules, head_key = _VIT_MODULES, "head.weight"
   file_classes = state[head_key].shape[0] if head_key in state else None
   keep_head = num_classes is None or num_classes == file_classes
   model = models.get(name, num_classes or file_classes or 1, **dict(model_kwargs or {}))

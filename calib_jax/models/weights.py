@@ -66,6 +66,12 @@ def load_variables(path: Path, like: Tree | None = None) -> dict:
   return jax.tree_util.tree_map(jnp.asarray, restored)
 
 
+def check_variables(variables: Tree, like: Tree, source: str) -> None:
+  """Raises a ValueError listing every difference of `variables` from `like` (arrays or
+  `jax.eval_shape` structs) in tree structure and shapes; `source` names where they came from."""
+  _check_same_structure(_flat(like), _flat(variables), source)
+
+
 def _flat(tree: Tree) -> dict[tuple[str, ...], Any]:
   return traverse_util.flatten_dict(_to_dict(tree))
 

@@ -1,11 +1,13 @@
 """Config -> objects, built one way everywhere: dataset metadata and splits, the model, the loss,
 an example input, the training-set size and run length, initial and abstract training states,
-abstract model variables.
+abstract model variables, and the variables of weight files (`config.pretrained`, `eval.py
+--weights`: our msgpack files, or PyTorch / safetensors files converted for the config's model).
 
 The training loop, the evaluators, `eval.py` and config validation all go through these
 functions (and never import each other), so a config that validates builds exactly the model
 and loss that training will use.
 """
+import os
 from typing import Any
 
 import flax.linen as nn
@@ -13,9 +15,18 @@ import jax
 import ml_collections
 import numpy as np
 from absl import logging
+from flax import traverse_util
 
 from calib_jax.training import config as config_lib, parallel, state as state_lib
 from calib_jax.training import step as step_lib
+
+
+class WeightFileError(ValueError):
+  """A weight file that does not fit the config's model (one line, naming the file)."""
+
+  def __init__(self, field: str, path: str, problem: Exception | str):
+    first, *rest = [line.strip() for line in str(problem).splitlines() if line.strip()] or [""]
+    super().__init__(f"{field}={path!r}: {first}" + (f" {'; '.join(rest)}" if rest else ""))
 
 
 def dataset_meta(config: ml_collections.ConfigDict) -> Any:
@@ -126,18 +137,85 @@ def example_input(config: ml_collections.ConfigDict) -> np.ndarray:
   return step_lib.model_input(batch)[:1]
 
 
+def read_weight_file(config: ml_collections.ConfigDict, path: str, field: str,
+                     num_classes: int | None) -> dict[str, Any]:
+  """The variables in the weight file `path`, for the config's model.
+
+  A path ending in .pth/.pt/.bin/.safetensors (`torch_import.TORCH_SUFFIXES`) is a torchvision
+  / timm state dict, converted for `config.model` by `models.import_torch` (a DeepLab gets its
+  ImageNet ResNet's 'backbone'; a file with another class count than `num_classes` gives no
+  'head'); any other path is our own format (`models.save_variables`), read as it is.
+
+  Args:
+    config: the run's config (model, model_kwargs, dataset).
+    path: the file, absolute or relative to the working directory.
+    field: how the user named the file ('config.pretrained', 'weights'), for messages.
+    num_classes: classes of the model the variables are for.
+
+  Raises:
+    FileNotFoundError: no file at `path` (one line naming `field` and the path).
+    WeightFileError: a PyTorch file for a model without a converter (naming the models with
+      one), a state dict or file of another layout, or a .pth file without torch installed.
+  """
+  from calib_jax import models
+  from calib_jax.models import torch_import
+  resolved = os.path.abspath(os.path.expanduser(os.fspath(path)))
+  if not os.path.isfile(resolved):
+    raise FileNotFoundError(f"{field}={path!r}: no such file ({resolved})")
+  try:
+    if torch_import.is_torch_file(resolved):
+      return models.import_torch(config.model, resolved, num_classes=num_classes,
+                                 model_kwargs=model_kwargs(config, dataset_meta(config)))
+    return models.load_variables(resolved)
+  except (ValueError, ImportError) as e:
+    raise WeightFileError(field, path, e) from e
+
+
+def restore_pretrained_file(config: ml_collections.ConfigDict, model: nn.Module,
+                            variables: dict[str, Any]) -> dict[str, Any]:
+  """`variables` with the leaves of the `config.pretrained` file copied in where the paths
+  match (modules named in `config.pretrained_skip` keep their values); `variables` itself when
+  `config.pretrained` is not set. Raises like `read_weight_file`, and `WeightFileError` for
+  shapes that differ outside `pretrained_skip` or a file with no path in common."""
+  if not config.pretrained:
+    return variables
+  from calib_jax import models
+  skip = tuple(config.pretrained_skip)
+  pretrained = read_weight_file(config, config.pretrained, "config.pretrained",
+                                getattr(model, "num_classes", None))
+  try:
+    variables = models.restore_pretrained(variables, pretrained, skip=skip)
+  except ValueError as e:
+    raise WeightFileError("config.pretrained", config.pretrained, e) from e
+  logging.info("Initialised from %s (kept fresh: %s)", config.pretrained, skip)
+  return variables
+
+
+def weight_file_variables(config: ml_collections.ConfigDict, path: str, model: nn.Module,
+                          example: np.ndarray, mesh: jax.sharding.Mesh) -> dict[str, Any]:
+  """All variables of `model` (params, batch_stats) from the weight file `path` (see
+  `read_weight_file`), replicated on `mesh` as a checkpoint's would be: for evaluating weights
+  without a training run. Every variable must come from the file (`WeightFileError` lists what
+  differs)."""
+  from calib_jax import models
+  like = abstract_variables(model, example, mesh)
+  variables = read_weight_file(config, path, "weights", getattr(model, "num_classes", None))
+  try:
+    models.weights.check_variables(variables, like, path)
+  except ValueError as e:
+    raise WeightFileError("weights", path, e) from e
+  flat = traverse_util.flatten_dict(dict(variables))
+  return traverse_util.unflatten_dict({
+      k: jax.device_put(np.asarray(flat[k], s.dtype), s.sharding)
+      for k, s in traverse_util.flatten_dict(like).items()})
+
+
 def initial_variables(model, example: np.ndarray, config: ml_collections.ConfigDict,
                       key: jax.Array) -> dict[str, Any]:
-  """Freshly initialised variables, overwritten with `config.pretrained` if given."""
+  """Freshly initialised variables, overwritten with `config.pretrained` if given
+  (`restore_pretrained_file`)."""
   variables = jax.jit(lambda k, x: model.init({"params": k}, x, train=False))(key, example)
-  variables = jax.device_get(variables)
-  if config.pretrained:
-    from calib_jax import models
-    variables = models.restore_pretrained(variables, models.load_variables(config.pretrained),
-                                          skip=tuple(config.pretrained_skip))
-    logging.info("Initialised from %s (kept fresh: %s)", config.pretrained,
-                 tuple(config.pretrained_skip))
-  return variables
+  return restore_pretrained_file(config, model, jax.device_get(variables))
 
 
 def initial_state(config: ml_collections.ConfigDict, model, tx, example: np.ndarray,

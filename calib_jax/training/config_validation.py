@@ -76,8 +76,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   ]
   if config.dtype not in DTYPES:
     problems.append(f"unknown dtype {config.dtype!r}; valid dtypes: {', '.join(DTYPES)}")
-  if config.pretrained and not os.path.exists(config.pretrained):
+  if config.pretrained and not os.path.exists(os.path.expanduser(config.pretrained)):
     problems.append(f"pretrained={config.pretrained!r} does not exist")
+  if (config.pretrained and models.torch_import.is_torch_file(config.pretrained)
+      and models.torch_import.torch_layout(config.model) is None):
+    problems.append(f"pretrained={config.pretrained!r} is a PyTorch file, but model "
+                    f"{config.model!r} has no PyTorch converter; models with one: "
+                    f"{', '.join(models.torch_import.torch_models())}")
 
   _check_registry(problems, "loss", config.loss, losses.names(),
                   lambda: builders.build_loss(config))

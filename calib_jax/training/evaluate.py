@@ -2,7 +2,8 @@
 
 `evaluate_run(config, workdir, split='test')`:
 1. restores the newest (or a given) checkpoint's parameters and BatchNorm statistics, and
-   nothing else (no optimiser, no training set);
+   nothing else (no optimiser, no training set); or, with `weights=FILE`, reads them from a
+   weight file (ours or PyTorch / safetensors) with no training run at all;
 2. on the fit split (`config.eval.fit_split`, the validation split by default) fits the
    temperature T (`posthoc.fit_temperature`, held-out NLL) and picks the logit-normalisation
    p (`posthoc.select_pnorm`, held-out AURC; None keeps MSP);
@@ -325,15 +326,18 @@ class CalibrationReport:
 
 
 def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
-                 step: int | None = None,
+                 step: int | None = None, weights: str | None = None,
                  devices: list[jax.Device] | None = None) -> dict[str, Any]:
   """Evaluates a trained run and writes `metrics.json` and plots (see the module docstring).
 
   Args:
     config: the config the run was trained with.
-    workdir: the run's work directory (with `checkpoints/`).
+    workdir: the run's work directory (with `checkpoints/`); with `weights`, only where the
+      results go (no checkpoint is read).
     split: `test` or `val`: the split to report.
-    step: checkpoint step (default: newest).
+    step: checkpoint step (default: newest); not used with `weights`.
+    weights: a weight file to evaluate instead of the run's checkpoint: our variables file or
+      a PyTorch / safetensors file of the config's model (`builders.weight_file_variables`).
     devices: devices of the mesh (default: all).
 
   Returns:
@@ -341,16 +345,26 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     fit split's NLL before/after; `temperature_grid` with `eval.temperature_grid`),
     `pre_temperature` and `post_temperature` (calibration and MSP-selective metrics; also
     `post_temperature_grid` at the grid temperature), `selective` (per confidence score),
-    optional `context`, `files`.
+    optional `context`, `files`; `step` is None and `weights` the file's absolute path when
+    `weights` is given.
+
+  Raises:
+    FileNotFoundError: no checkpoint in `workdir` (without `weights`), or no `weights` file.
+    builders.WeightFileError: a `weights` file that does not fit the config's model.
   """
   config_validation.validate(config, num_devices=len(devices) if devices else None)
   meta = builders.dataset_meta(config)
   mesh = parallel.make_mesh(devices)
   model = builders.build_model(config, meta)
-  variables, ckpt_step = restore_variables(config, workdir, model, mesh,
-                                           builders.example_input(config), step)
+  example = builders.example_input(config)
+  if weights:
+    variables = builders.weight_file_variables(config, weights, model, example, mesh)
+    source = {"step": None, "weights": os.path.abspath(os.path.expanduser(weights))}
+  else:
+    variables, ckpt_step = restore_variables(config, workdir, model, mesh, example, step)
+    source = {"step": ckpt_step}
   report = CalibrationReport(config, model, mesh, meta, split)
-  results = {"step": ckpt_step, **report.run(variables)}
+  results = {**source, **report.run(variables)}
   if jax.process_index() == 0:
     results["files"] = report.write(eval_dir(workdir, split))
     with open(os.path.join(eval_dir(workdir, split), RESULTS_FILE), "w") as f:
@@ -363,7 +377,9 @@ def format_table(results: dict[str, Any]) -> str:
   pre, post = results["pre_temperature"], results["post_temperature"]
   fit = results["fit"]
   lines = [f"{results['dataset']} / {results['model']} / {results['loss']} — split "
-           f"{results['split']}, step {results['step']}, {pre['num_samples']} samples",
+           f"{results['split']}, "
+           + (f"weights {results['weights']}" if results.get("weights")
+              else f"step {results['step']}") + f", {pre['num_samples']} samples",
            f"temperature T = {fit['temperature']:.3f} and p-norm p = {fit['pnorm']} fitted on "
            f"{fit['split']} ({fit['num_samples']} samples)",
            "", f"{'metric':<22}{'PreT':>10}{'PosT':>10}"]

@@ -16,7 +16,7 @@ from safetensors import numpy as safetensors_numpy
 
 from calib_jax import data, models
 from calib_jax.models import torch_import
-from calib_jax.training import builders, config as config_lib, config_validation, loop
+from calib_jax.training import builders, config as config_lib, config_validation, loop, variants
 from test_train_cli import ROOT, eval_program, parse  # noqa: F401
 from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 
@@ -60,12 +60,12 @@ def _save(state: dict[str, np.ndarray], path) -> str:
 
 def _digits_resnet18(**overrides):
   config = config_lib.base_config()
-  config.update(dict(dataset="digits", model="resnet18", batch_size=8, eval_batch_size=256,
-                     num_train_steps=2, learning_rate=0.01, warmup_epochs=0.0,
-                     checkpoint_every_steps=2, keep_checkpoints=0, log_every_steps=2,
-                     eval_every_steps=0, progress_bar=False, tensorboard=False))
-  config.update(overrides)
-  return config
+  variants.override(config, {
+      "data.name": "digits", "model": "resnet18", "data.batch_size": 8,
+      "data.eval_batch_size": 256, "num_train_steps": 2, "optimizer.learning_rate": 0.01,
+      "schedule.warmup_epochs": 0.0, "checkpoint_every_steps": 2, "keep_checkpoints": 0,
+      "log_every_steps": 2, "eval_every_steps": 0, "progress_bar": False, "tensorboard": False})
+  return variants.override(config, overrides)
 
 
 def test_pretrained_safetensors_initialises_and_trains_a_resnet(tmp_path):
@@ -146,9 +146,9 @@ from calib_jax.training.config import base_config
 
 def get_config():
   config = base_config()
-  config.dataset = "digits"
+  config.data.name = "digits"
   config.model = "resnet18"
-  config.eval_batch_size = 256
+  config.data.eval_batch_size = 256
   config.eval.pnorm_candidates = (2,)
   return config
 """

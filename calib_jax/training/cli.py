@@ -15,7 +15,7 @@ CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/default.py",
     "Config file (`file.py` or `file.py:variant`); override fields with --config.field=value.",
     lock_config=True)
-WORKDIR = flags.DEFINE_string("workdir", None, "Work directory: checkpoints, metrics, logs.")
+WORKDIR = flags.DEFINE_string("workdir", None, "Work directory: checkpoints, metrics, the log (log.txt).")
 
 
 def workdir() -> str:

@@ -28,6 +28,7 @@ def asks_for_logs(argv: list[str]) -> bool:
 
 
 _import_log = ""  # What TensorFlow's import printed on stderr; `setup` writes it to the log.
+_log_stream = None  # The log file `setup` opened last.
 
 
 def quiet_native_logs(argv: list[str]) -> None:
@@ -81,13 +82,13 @@ def setup(workdir: str, verbosity: int | None = None) -> str:
   path = os.path.join(workdir, LOG_FILE)
   absl_logging.use_absl_handler()  # Root handler: also takes jax's and urllib3's loggers.
   handler = absl_logging.get_absl_handler().python_handler
+  global _import_log, _log_stream
   stream = open(path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
-  global _import_log
   stream.write(_import_log)
   _import_log = ""
-  previous = handler.setStream(stream)
-  if previous not in (None, sys.stderr, sys.stdout):
-    previous.close()
+  if handler.setStream(stream) is _log_stream and _log_stream is not None:
+    _log_stream.close()  # An earlier setup's file (another run in this process).
+  _log_stream = stream
   absl_logging.set_verbosity(absl_logging.INFO if verbosity is None else verbosity)
   if verbosity is not None:
     flag_values.alsologtostderr = True

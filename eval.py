@@ -7,10 +7,17 @@ temperature scaling, written to `<workdir>/eval_<split>/metrics.json` with plots
 With `--weights=FILE` (our variables file, or a torchvision / timm .pth/.pt/.bin/.safetensors
 state dict of the config's model) those weights are evaluated instead of a checkpoint: no
 training run is needed, the workdir only receives the results.
+
+The console shows the results table; library logs go to `<workdir>/log.txt` (`--verbosity=0`
+or `--alsologtostderr` shows them on stderr as well).
 """
+import os
 import sys
 
-from absl import app, flags, logging
+# First: quiets TensorFlow's C++ log, which only works before TensorFlow is imported.
+from calib_jax.training import console  # isort: skip
+
+from absl import app, flags, logging  # pylint: disable=g-import-not-at-top
 
 from calib_jax.training import builders, cli, config_validation, evaluate
 
@@ -28,8 +35,18 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _WEIGHTS.value and _STEP.value is not None:
     raise app.UsageError("--step picks a checkpoint; it cannot go with --weights")
+  workdir = cli.workdir()
+  if _WEIGHTS.value:
+    resolved = os.path.abspath(os.path.expanduser(_WEIGHTS.value))
+    if not os.path.isfile(resolved):  # Before the workdir is made for the results.
+      sys.exit(f"eval.py: weights={_WEIGHTS.value!r}: no such file ({resolved})")
+    os.makedirs(workdir, exist_ok=True)  # It only receives the results.
+  elif not os.path.isdir(workdir):
+    sys.exit(f"eval.py: work directory {workdir} not found; train into it with train.py first "
+             "(or evaluate a weight file with --weights=FILE).")
+  console.setup(workdir)
   try:
-    results = evaluate.evaluate_run(cli.CONFIG.value, cli.workdir(), split=_SPLIT.value,
+    results = evaluate.evaluate_run(cli.CONFIG.value, workdir, split=_SPLIT.value,
                                     step=_STEP.value, weights=_WEIGHTS.value)
   except (config_validation.ConfigError, builders.WeightFileError, FileNotFoundError) as e:
     logging.error("%s", e)

@@ -5,11 +5,17 @@
 Each variant (a loss of `configs/default.py`, see its docstring) trains into
 `<workdir>/<variant>` and is then evaluated on the test split, with temperature and p-norm fitted
 on the validation split. Re-running continues unfinished runs and re-evaluates finished ones.
+
+The console shows a progress bar per run and the results; library logs go to
+`<workdir>/log.txt` (`--verbosity=0` shows them on stderr as well, `--verbosity=1` adds DEBUG).
 """
 import argparse
 import os
 import sys
 import time
+
+# First: quiets TensorFlow's C++ log, which only works before TensorFlow is imported.
+from calib_jax.training import console  # isort: skip
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "configs", "default.py")
@@ -37,10 +43,14 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--variants", default="ce",
                       help="comma-separated loss variants of configs/default.py")
   parser.add_argument("--config", default=DEFAULT_CONFIG, help="config file to demo")
+  parser.add_argument("-v", "--verbosity", type=int, default=None,
+                      help="also show the library logs of <workdir>/log.txt on stderr at this "
+                      "absl verbosity (0: INFO, 1: DEBUG)")
   args = parser.parse_args(argv)
   if not os.path.isfile(args.config):
     print(f"demo: {args.config} not found; run from a source checkout.", file=sys.stderr)
     return 1
+  console.setup(args.workdir, args.verbosity)
   summary = {}
   for variant in filter(None, args.variants.split(",")):
     results = run_variant(variant, args.workdir, args.config)

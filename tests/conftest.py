@@ -4,7 +4,10 @@ Eight fake CPU devices let the data-parallel tests run on a laptop or CI; it mus
 JAX is first imported, hence here. Tests never touch the network
 (tests/test_data_download.py stands in for downloads).
 """
+import logging
 import os
+
+import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -13,3 +16,16 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture(autouse=True)
+def _absl_log_stream():
+  """Programs run in-process (train.py's `main`, the demo) send absl's log to their work
+  directory's log.txt; the tests after them get the stream they had back."""
+  from absl import logging as absl_logging
+  handler = absl_logging.get_absl_handler().python_handler
+  stream = handler.stream
+  yield
+  if handler.stream is not stream:
+    handler.setStream(stream).close()
+    logging.captureWarnings(False)

@@ -165,7 +165,7 @@ def test_fashion_mnist_builder_reads_local_idx_files(tmp_path):
     _write_idx(manual / f"{prefix}-images-idx3-ubyte.gz", images[prefix], 0x803)
     _write_idx(manual / f"{prefix}-labels-idx1-ubyte.gz", labels[prefix], 0x801)
   batches = _batches("fashion_mnist", "test", str(tmp_path / "tfds"), batch_size=4,
-                     manual_dir=str(manual))
+                     manual_dir=str(manual), download=False)
   assert len(batches) == 2 and batches[1]["mask"].tolist() == [True, False, False, False]
   got = np.concatenate([b["image"] for b in batches])[:5, :, :, 0]
   got_labels = np.concatenate([b["label"] for b in batches])[:5]
@@ -183,7 +183,7 @@ def test_fashion_mnist_missing_files_give_a_clear_error(tmp_path, monkeypatch):
   (tmp_path / "empty_manual").mkdir()
   with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
     _batches("fashion_mnist", "test", str(tmp_path / "tfds"),
-             manual_dir=str(tmp_path / "empty_manual"))
+             manual_dir=str(tmp_path / "empty_manual"), download=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
   assert [line.split()[0] for line in comparison[1:3]] == ["ce", "ls"]
   for variant in ("ce", "ls"):
     assert os.path.exists(workdir / variant / "eval_test" / "metrics.json")
+  # Library logs went to the demo's log file, not the console.
+  log = (workdir / "log.txt").read_text()
+  assert "Constructing tf.data.Dataset sklearn_digits" in log and "checkpoint" in log
+  assert "Constructing tf.data.Dataset" not in capsys.readouterr().err
   # A second run finds both runs finished and only re-evaluates them.
   assert demo.main([f"--workdir={workdir}", "--variants=ce", f"--config={config_file}"]) == 0
 

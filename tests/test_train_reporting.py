@@ -59,6 +59,18 @@ def test_progress_throttles_on_files_and_prints_on_process_zero_only(clock, monk
   assert quiet.getvalue() == ""
 
 
+def test_result_lines_go_to_stdout_once_and_a_file_bar_is_not_redrawn(clock, capsys):
+  stream = io.StringIO()  # A log file or pipe: every redraw would be a line of its own.
+  bar = reporting.ProgressBar(total_steps=10, stream=stream)
+  bar.update(1)
+  bar.update(10, "loss 0.5", force=True)
+  drawn = stream.getvalue()
+  bar.write("step 10 val accuracy=0.5000")
+  assert capsys.readouterr().out == "step 10 val accuracy=0.5000\n"
+  assert stream.getvalue() == drawn
+  bar.close()
+
+
 def test_metric_writer_appends_jsonl_and_tensorboard_scalars(tmp_path):
   import tensorflow as tf
   writer = reporting.MetricWriter(str(tmp_path))

@@ -12,21 +12,18 @@ ones padded with ``mask=False`` examples) so that metrics summed over hosts are 
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import math
 import os
 from typing import Any, Iterator
 
 import numpy as np
-import requests
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from calib_jax.data import boxes as boxes_lib
 from calib_jax.data import builders  # noqa: F401  (registers the local tfds builders)
-from calib_jax.data import registry
+from calib_jax.data import prepare, registry
 
 __all__ = ["PipelineOptions", "make_dataset"]
 
@@ -180,72 +177,15 @@ def _decoders(source: registry._Source) -> dict[str, Any]:
 
 def _load(spec: registry._Spec, split: str, data_dir: str | None, opts: PipelineOptions
           ) -> tuple[tf.data.Dataset, tfds.core.DatasetBuilder]:
-  """Undecoded examples of ``split`` and their builder, preparing local builders on first
-  use."""
-  tfds_name = opts.tfds_name or spec.meta.tfds_name
-  builder = tfds.builder(tfds_name, data_dir=data_dir)
+  """Undecoded examples of ``split`` and their builder, preparing the dataset on first use."""
+  builder = prepare.prepared_builder(
+      spec, data_dir, tfds_name=opts.tfds_name, download=opts.download,
+      download_retries=opts.download_retries, manual_dir=opts.manual_dir)
   # tfds caches small splits in memory; `take(max_examples)` after that cache would make
   # tf.data discard the unfinished cache every epoch (and warn each time).
-  kwargs = dict(split=split, decoders=_decoders(spec.source), shuffle_files=False,
-                read_config=tfds.ReadConfig(try_autocache=opts.max_examples is None))
-  try:
-    return builder.as_dataset(**kwargs), builder
-  except AssertionError as e:
-    if "could not find data" not in str(e):
-      raise
-    if spec.source.kind == "catalog" and not opts.download:
-      raise FileNotFoundError(
-          f"{spec.meta.name}: tfds dataset {tfds_name!r} is not prepared in "
-          f"{builder.data_dir_root} and download is False (config: data.options.download). "
-          f"{spec.source.how_to_get}") from e
-  builder = _prepare_once(tfds_name, data_dir, spec, opts)
-  return builder.as_dataset(**kwargs), builder
-
-
-def _prepare_once(tfds_name: str, data_dir: str | None, spec: registry._Spec,
-                  opts: PipelineOptions):
-  """Prepares a locally built dataset, once, even when several processes ask at the same time.
-
-  Processes on one machine (data-parallel hosts, test workers, two users' jobs) can find the same
-  dataset unprepared together; tfds would then build it twice into the same directory and one
-  of them fails renaming its files. An exclusive file lock beside the dataset's directory makes
-  the others wait and then find it prepared.
-  """
-  builder = tfds.builder(tfds_name, data_dir=data_dir)
-  lock_path = builder.data_dir.rstrip(os.sep) + ".prepare.lock"
-  os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-  with open(lock_path, "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-      builder = tfds.builder(tfds_name, data_dir=data_dir)  # Re-read: it may be prepared now.
-      if not builder.is_prepared():
-        with _download_retries(opts.download_retries):
-          builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-              manual_dir=opts.manual_dir, try_download_gcs=False))
-    except (AssertionError, FileNotFoundError) as e:
-      raise FileNotFoundError(f"{spec.meta.name}: cannot prepare {tfds_name!r}: {e}\n"
-                              f"{spec.source.how_to_get}") from e
-    except (OSError, requests.exceptions.RequestException) as e:
-      reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
-      raise FileNotFoundError(
-          f"{spec.meta.name}: could not download tfds dataset {tfds_name!r} into "
-          f"{builder.data_dir_root} ({type(e).__name__}: {reason}). {spec.source.how_to_get}"
-      ) from e
-    finally:
-      fcntl.flock(lock, fcntl.LOCK_UN)
-  return builder
-
-
-@contextlib.contextmanager
-def _download_retries(retries: int):
-  """Bounds tfds' per-request retries while we download (restored afterwards)."""
-  from tensorflow_datasets.core.download import downloader
-  previous = downloader.MAX_RETRIES
-  downloader.MAX_RETRIES = retries
-  try:
-    yield
-  finally:
-    downloader.MAX_RETRIES = previous
+  return builder.as_dataset(
+      split=split, decoders=_decoders(spec.source), shuffle_files=False,
+      read_config=tfds.ReadConfig(try_autocache=opts.max_examples is None)), builder
 
 
 def _static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:

@@ -65,6 +65,8 @@ class _Source:
   # 'manual': prepared locally from archives in a manual dir.
   kind: Literal["catalog", "offline", "manual"] = "catalog"
   how_to_get: str = ""
+  # A local builder of the same examples, used when the catalogue one cannot be downloaded.
+  fallback: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,12 +137,14 @@ _register(
     _Source(how_to_get=_CATALOG_HINT.format(tfds="mnist")),
     _Recipe())
 _register(
-    _meta("fashion_mnist", 10, (28, 28, 1), "classification", "fashion_mnist_debian",
+    _meta("fashion_mnist", 10, (28, 28, 1), "classification", "fashion_mnist",
           train="train[:55000]", val="train[55000:]", test="test",
           mean=(0.2860,), std=(0.3530,)),
-    _Source(kind="offline", how_to_get=(
-        "Install the Debian package: `apt-get install -y dataset-fashion-mnist` (files in "
-        "/usr/share/datasets/fashion-mnist), or pass manual_dir= with the four idx .gz files.")),
+    _Source(fallback="fashion_mnist_debian", how_to_get=(
+        "Get it either way: with network access (tfds downloads 'fashion_mnist' on first use), "
+        "or `apt-get install -y dataset-fashion-mnist` (files in "
+        "/usr/share/datasets/fashion-mnist; manual_dir= may name another folder with the four "
+        "idx .gz files), prepared locally as 'fashion_mnist_debian'.")),
     _Recipe())
 _register(
     _meta("digits", 10, (8, 8, 1), "classification", "sklearn_digits",

@@ -92,8 +92,10 @@ def num_train_examples(config: ml_collections.ConfigDict, meta: Any) -> int:
   once, which prepares locally built datasets.
   """
   import tensorflow_datasets as tfds  # Deferred: slow import.
+  from calib_jax.data import prepare
   options = {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
-  builder = tfds.builder(options.get("tfds_name") or meta.tfds_name, data_dir=config.data.dir)
+  name = prepare.prepared_tfds_name(meta.name, config.data.dir, options.get("tfds_name"))
+  builder = tfds.builder(name, data_dir=config.data.dir)
   train_split = split(config, "train")
   if train_split == "train":
     train_split = meta.train_split

@@ -45,7 +45,8 @@ try:
       lock_config=True)
 except (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError) as _error:
   sys.exit(f"{os.path.basename(sys.argv[0])}: {_config_error_line(sys.argv, _error)}")
-WORKDIR = flags.DEFINE_string("workdir", None, "Work directory: checkpoints, metrics, logs.")
+WORKDIR = flags.DEFINE_string("workdir", None,
+                              "Work directory: checkpoints, metrics, the log (log.txt).")
 
 
 def workdir() -> str:

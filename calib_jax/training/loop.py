@@ -116,6 +116,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   start_step = int(jax.device_get(state.step))
   if start_step >= total_steps:
     logging.info("Already trained for %d steps; nothing to do.", start_step)
+    if config.progress_bar and jax.process_index() == 0:
+      print(f"Already trained for {start_step} steps; nothing to do.", flush=True)
     checkpointer.close()
     return state
 
@@ -177,8 +179,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       if eval_now:
         val = validation.run(state.variables())
         writer.write(done, "val", val)
-        logging.info("step %d val %s", done,
-                     " ".join(f"{k}={v:.4f}" for k, v in val.items()))
+        line = f"step {done} val " + " ".join(f"{k}={v:.4f}" for k, v in val.items())
+        logging.info("%s", line)
+        if progress is not None:
+          progress.write(line)
       if save_now:
         checkpointer.save(done, state, _checkpoint_meta(done, steps_per_epoch))
     final = int(jax.device_get(state.step))

@@ -93,6 +93,16 @@ class ProgressBar:
     else:
       self._bar.update(step - self._bar.n)  # tqdm redraws when min_interval_s has passed.
 
+  def write(self, line: str) -> None:
+    """Prints a result line on stdout, above the bar on a terminal (process 0 only)."""
+    if not _is_writer():
+      return
+    if self._isatty:
+      tqdm.tqdm.write(line, file=sys.stdout)  # Clears the bar, writes, redraws it.
+    else:  # Every redraw is a line of its own: nothing to clear.
+      print(line, file=sys.stdout)
+    sys.stdout.flush()
+
   def close(self) -> None:
     """Ends the bar: on a terminal, a final line with the overall rate and a newline."""
     if self._bar is not None:

@@ -1,5 +1,8 @@
 """Fashion-MNIST read from local idx files (the Debian package `dataset-fashion-mnist`).
 
+The registry's `fashion_mnist` falls back to this builder when tfds' own `fashion_mnist` cannot
+be downloaded (see `calib_jax.data.prepare`).
+
 Debian re-gzipped the original files, so tfds' checksums for its own `fashion_mnist` builder do
 not match; this subclass feeds it the local files instead of downloading. Source: Zalando
 Research, MIT licence; Debian ships it as `/usr/share/datasets/fashion-mnist/*.gz`.
@@ -40,7 +43,7 @@ def find_files(manual_dir: str | None) -> dict[str, str]:
   raise FileNotFoundError(
       "Fashion-MNIST idx files not found in " + " or ".join(candidates) +
       f"; expected {sorted(FILES.values())}. Install them with "
-      "`apt-get install -y dataset-fashion-mnist` (no other download is possible here).")
+      "`apt-get install -y dataset-fashion-mnist`.")
 
 
 def _manual_dir_or_none(dl_manager) -> str | None:

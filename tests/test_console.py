@@ -1,0 +1,87 @@
+"""The programs' console: a progress bar and results on the console, library logs in
+`<workdir>/log.txt`, absl's `-v`/`--verbosity` bringing them back on stderr, and user mistakes
+as one line. The programs run as a user runs them: in a fresh process, with no log settings."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from calib_jax.training import console
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# absl's log line prefix (`I1123 16:56:23.588393 1400 file.py:12]`) or a C++ log's.
+LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^WARNING|oneDNN|Generating splits")
+TINY = ["--config=configs/default.py:ce", "--config.data.name=digits",
+        "--config.model_kwargs.widths=(4, 8)", "--config.num_train_steps=24",
+        "--config.data.batch_size=32", "--config.data.eval_batch_size=64",
+        "--config.optimizer.name=sgd", "--config.optimizer.learning_rate=0.1",
+        "--config.schedule.warmup_epochs=0.1",
+        "--config.tensorboard=False", "--config.checkpoint_every_steps=12",
+        "--config.log_every_steps=12", "--config.eval_every_steps=24"]
+
+
+def _run(program, *args):
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}  # As a user's shell has them.
+  env["PYTHONPATH"] = ROOT
+  return subprocess.run([sys.executable, program, *args], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300, env=env)
+
+
+def _log_lines(text):
+  return [line for line in text.splitlines() if LOG_LINE.search(line)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """train.py on a tiny config with the default console; its process and work directory."""
+  workdir = tmp_path_factory.mktemp("run")
+  return _run("train.py", *TINY, f"--workdir={workdir}"), workdir
+
+
+def test_train_console_is_the_bar_and_results_and_the_log_file_has_the_rest(trained):
+  proc, workdir = trained
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert _log_lines(proc.stderr) == [] and _log_lines(proc.stdout) == [], proc.stderr[-3000:]
+  assert re.search(r"^24/24 \[#+\]", proc.stderr, re.M)  # the progress bar
+  assert re.search(r"^step 24 val accuracy=0\.\d{4} nll=", proc.stdout, re.M)
+  log = (workdir / console.LOG_FILE).read_text()
+  assert re.search(r"^I\d{4} .*checkpoint_manager\.py:\d+\] .*CheckpointManager", log, re.M)
+  assert re.search(r"^I\d{4} .*Constructing tf\.data\.Dataset sklearn_digits", log, re.M)
+  assert re.search(r"^I\d{4} .*loop\.py:\d+\] step 24 val accuracy=", log, re.M)
+
+
+def test_eval_console_is_the_table_and_verbosity_brings_the_logs_back(trained):
+  proc, workdir = trained
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  quiet = _run("eval.py", *TINY, f"--workdir={workdir}")
+  assert quiet.returncode == 0, quiet.stderr[-3000:]
+  assert "PreT" in quiet.stdout and _log_lines(quiet.stderr) == [], quiet.stderr[-3000:]
+  loud = _run("eval.py", *TINY, f"--workdir={workdir}", "--verbosity=0")
+  assert loud.returncode == 0, loud.stderr[-3000:]
+  assert "PreT" in loud.stdout
+  assert re.search(r"^I\d{4} .*checkpoint\.py:\d+\] Restored the variables", loud.stderr, re.M)
+  log = (workdir / console.LOG_FILE).read_text()
+  assert len(re.findall(r"Restored the variables of checkpoint 24", log)) == 2  # both evals
+
+
+def test_a_mistake_after_setup_is_one_line_on_stderr(tmp_path):
+  proc = _run("train.py", *TINY, "--config.data.batch_size=100000", f"--workdir={tmp_path}")
+  assert proc.returncode == 1
+  lines = proc.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].startswith("train.py: batch_size=100000"), lines[-20:]
+  assert "batch_size=100000" in (tmp_path / console.LOG_FILE).read_text()  # logged too
+
+
+@pytest.mark.parametrize("argv,asks", [
+    (["train.py", "--workdir=w"], False),
+    (["train.py", "--config.verbosity=1"], False),
+    (["train.py", "-v", "0"], True),
+    (["train.py", "--verbosity=1"], True),
+    (["train.py", "--alsologtostderr"], True),
+    (["demo.py", "--logtostderr"], True),
+])
+def test_flags_that_ask_for_logs(argv, asks):
+  assert console.asks_for_logs(argv) is asks

@@ -7,7 +7,7 @@ paper Table: it tests the papers' claims on data available offline.
   the first 10,000 training images for 10 epochs (1,560 steps), so that cross-entropy reaches
   the over-fitting regime where the papers' calibration differences show. Validation (T and p
   fitted there): the last 5,000 training images; test: the 10,000 test images.
-* `clutter_objects`: `configs/default.py` with a narrower CNN (16/32/64 filters), batch 32 and
+* `clutter_objects`: `configs/clutter_objects_cnn.py` with a narrower CNN (16/32/64 filters), batch 32 and
   1,200 Adam steps (3.8 epochs): digits on clutter with boxes, the only offline data on which the
   object-size losses (`als`, `als_context`) apply. Context-only images are evaluated for every
   loss so that ALS's claim can be compared.
@@ -34,9 +34,9 @@ LOSSES = {
     "clutter_objects": ("ce", "ls", "focal", "flsd", "ecp", "mbls", "acls", "lr", "als",
                         "als_context"),
 }
-_DEFAULT = load_config_module(os.path.join(_HERE, "default.py"))
+_CLUTTER = load_config_module(os.path.join(_HERE, "clutter_objects_cnn.py"))
 # Each dataset's recipe comes from its own file; a variant adds its loss column's overrides.
-VARIANTS = {f"{dataset},{loss}": (_DEFAULT.VARIANTS[loss] if dataset == "clutter_objects"
+VARIANTS = {f"{dataset},{loss}": (_CLUTTER.VARIANTS[loss] if dataset == "clutter_objects"
                                   else variants.loss_overrides(loss, margin=10.0))
             for dataset, losses in LOSSES.items() for loss in losses}
 
@@ -57,7 +57,7 @@ def _fashion_mnist() -> ml_collections.ConfigDict:
 
 
 def _clutter_objects() -> ml_collections.ConfigDict:
-  config = _DEFAULT.get_config("ce")
+  config = _CLUTTER.get_config("ce")
   config.model_kwargs.widths = (16, 32, 64)
   config.data.batch_size = 32
   config.num_epochs = -1

@@ -13,7 +13,7 @@ from calib_jax.training import console
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # absl's log line prefix (`I1123 16:56:23.588393 1400 file.py:12]`) or a C++ log's.
 LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^WARNING|oneDNN|Generating splits")
-TINY = ["--config=configs/default.py:ce", "--config.data.name=digits",
+TINY = ["--config=configs/clutter_objects_cnn.py:ce", "--config.data.name=digits",
         "--config.model_kwargs.widths=(4, 8)", "--config.num_train_steps=24",
         "--config.data.batch_size=32", "--config.data.eval_batch_size=64",
         "--config.optimizer.name=sgd", "--config.optimizer.learning_rate=0.1",

@@ -54,7 +54,7 @@ def parse(monkeypatch):
 
 def _args(workdir, variant="ce"):
   # The settings of test_train_loop.tiny_config, so the compiled programs are cache hits.
-  return [f"--config={ROOT}/configs/default.py:{variant}", f"--workdir={workdir}",
+  return [f"--config={ROOT}/configs/clutter_objects_cnn.py:{variant}", f"--workdir={workdir}",
           "--config.data.name=digits", "--config.model_kwargs.widths=(4, 8)",
           "--config.num_train_steps=24", "--config.data.batch_size=32",
           "--config.data.eval_batch_size=64", "--config.optimizer.name=sgd",
@@ -129,7 +129,7 @@ def test_train_then_eval_commands_and_metrics_against_numpy(tmp_path, capsys, pa
     with open(os.path.join(out_dir, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
-  config = config_lib.load_config_file(f"{ROOT}/configs/default.py:ce")
+  config = config_lib.load_config_file(f"{ROOT}/configs/clutter_objects_cnn.py:ce")
   variants.override(config, {"data.name": "digits", "model_kwargs": {"widths": (4, 8)}})
   logits, labels = _logits_from_checkpoint(config, workdir, "test")
   assert results["step"] == 24 and results["pre_temperature"]["num_samples"] == len(labels) == 300

@@ -1,4 +1,5 @@
 """`make demo`'s driver on a shrunken copy of configs/default.py."""
+import json
 import os
 import textwrap
 
@@ -9,37 +10,54 @@ from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F4
 def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
   config_file = tmp_path / "small_default.py"
   config_file.write_text(textwrap.dedent(f"""
-      from calib_jax.training import variants
-      from calib_jax.training.config import load_config_file
+      from calib_jax.training import config as config_lib, variants
+
+      VARIANTS = config_lib.load_config_module({demo.DEFAULT_CONFIG!r}).VARIANTS
 
       def get_config(arg=None):
-        config = load_config_file({demo.DEFAULT_CONFIG!r} + ":" + (arg or "ce"))
+        config = config_lib.load_config_file({demo.DEFAULT_CONFIG!r} + ":" + (arg or "ce"))
         variants.override(config, {{
-            "data.name": "digits", "num_train_steps": 24, "data.batch_size": 32,
-            "data.eval_batch_size": 64, "optimizer.name": "sgd",
-            "optimizer.learning_rate": 0.1, "optimizer.weight_decay": 5e-4,
-            "schedule.name": "cosine", "schedule.warmup_epochs": 0.1,
+            "num_train_steps": 24, "model_kwargs": {{"hidden": (16,)}},
             "checkpoint_every_steps": 8, "log_every_steps": 8, "eval_every_steps": 0,
             "progress_bar": False, "tensorboard": False}})
-        config.model_kwargs.widths = (4, 8)
-        config.data.train_options = {{}}
         return config
       """))
   workdir = tmp_path / "demo"
-  assert demo.main([f"--workdir={workdir}", "--variants=ce,ls",
+  assert demo.main([f"--workdir={workdir}", "--variants=ce,mbls",
                     f"--config={config_file}"]) == 0
   out = capsys.readouterr().out
-  assert "[ce] trained in" in out and "[ls] trained in" in out
-  comparison = out[out.index("variant"):].splitlines()
-  assert [line.split()[0] for line in comparison[1:3]] == ["ce", "ls"]
-  for variant in ("ce", "ls"):
-    assert os.path.exists(workdir / variant / "eval_test" / "metrics.json")
+  assert "[ce] trained in" in out and "[mbls] trained in" in out
+  table = out[out.index("variant  train acc"):].splitlines()
+  assert [line.split()[0] for line in table[2:4]] == ["CE", "MbLS"]
+  assert "MbLS: ECE" in out and "summary.json" in out and "reliability.png" in out
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert set(summary["variants"]) == {"ce", "mbls"}
+  for variant in ("ce", "mbls"):
+    row = summary["variants"][variant]
+    assert set(row) == set(demo.SUMMARY_KEYS)
+    assert 0.0 <= row["ece"] <= 1.0 and row["temperature"] > 0
+    results = json.loads((workdir / variant / "eval_test" / "metrics.json").read_text())
+    assert row["ece"] == results["pre_temperature"]["ece"]
+    assert row["ece_post"] == results["post_temperature"]["ece"]
+    # The default's test split is every digit not trained on: 1,237 training + 300 test images.
+    assert results["pre_temperature"]["num_samples"] == 1537
+  with open(workdir / "reliability.png", "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   # Library logs went to the demo's log file, not the console.
   log = (workdir / "log.txt").read_text()
   assert "Constructing tf.data.Dataset sklearn_digits" in log and "checkpoint" in log
   assert "Constructing tf.data.Dataset" not in capsys.readouterr().err
-  # A second run finds both runs finished and only re-evaluates them.
+  # A second run finds the run finished and only re-evaluates it (no new training records).
+  records = (workdir / "ce" / "metrics.jsonl").read_text().count('"split": "train"')
   assert demo.main([f"--workdir={workdir}", "--variants=ce", f"--config={config_file}"]) == 0
+  assert (workdir / "ce" / "metrics.jsonl").read_text().count('"split": "train"') == records
+
+
+def test_demo_rejects_an_unknown_variant_in_one_line(tmp_path, capsys):
+  assert demo.main([f"--workdir={tmp_path}", "--variants=ce,mblss"]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith("demo: unknown variant(s) mblss; valid: ce, ls,") and err.count("\n") == 1
+  assert not os.listdir(tmp_path)  # nothing was started
 
 
 def test_demo_reports_a_missing_config(tmp_path, capsys):

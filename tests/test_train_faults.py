@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from calib_jax.training import builders, checkpoint, evaluate, loop, parallel, preemption
-from calib_jax.training import reporting
+from calib_jax.training import config as config_lib, reporting, variants
+from test_console import TINY
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,7 +133,6 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_refuses_it_by_step(
 
 
 def _train_cmd(workdir, steps):
-  from test_console import TINY  # pylint: disable=g-import-not-at-top
   return [sys.executable, os.path.join(ROOT, "tests", "fixtures", "train_pausing.py"), *TINY,
           f"--config.num_train_steps={steps}", "--config.eval_every_steps=0",
           "--config.checkpoint_every_steps=1000", f"--workdir={workdir}"]
@@ -147,8 +147,6 @@ def _env(cache_dir):
 
 def _final_variables(workdir, step):
   """The params and batch statistics of checkpoint `step` of a train.py run of TINY."""
-  from test_console import TINY  # pylint: disable=g-import-not-at-top
-  from calib_jax.training import config as config_lib, variants  # pylint: disable=g-import-not-at-top
   config = config_lib.load_config_file(TINY[0].split("=", 1)[1])  # The variables depend on the
   variants.override(config, {"data.name": "digits", "model_kwargs.widths": (4, 8)})  # model only.
   meta = builders.dataset_meta(config)

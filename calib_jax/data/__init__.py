@@ -15,4 +15,5 @@ from calib_jax.data.checks import DataError
 from calib_jax.data.pipeline import PipelineOptions, make_dataset
 from calib_jax.data.registry import DatasetMeta, info, names
 
-__all__ = ["DataError", "DatasetMeta", "PipelineOptions", "info", "make_dataset", "names", "objectness"]
+__all__ = ["DataError", "DatasetMeta", "PipelineOptions", "info", "make_dataset", "names",
+           "objectness"]

@@ -19,7 +19,9 @@ from calib_jax.training import console  # isort: skip
 
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top
 
-from calib_jax.training import builders, cli, config_validation, evaluate
+from calib_jax.data.checks import DataError
+from calib_jax.training import builders, checkpoint, cli, config_validation, evaluate
+from calib_jax.training import reporting
 
 _SPLIT = flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
@@ -44,11 +46,16 @@ def main(argv: list[str]) -> None:
   elif not os.path.isdir(workdir):
     sys.exit(f"eval.py: work directory {workdir} not found; train into it with train.py first "
              "(or evaluate a weight file with --weights=FILE).")
-  console.setup(workdir)
+  try:
+    console.setup(workdir)
+  except OSError as e:  # Before anything is built: the work directory cannot be written.
+    sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
   try:
     results = evaluate.evaluate_run(cli.CONFIG.value, workdir, split=_SPLIT.value,
                                     step=_STEP.value, weights=_WEIGHTS.value)
-  except (config_validation.ConfigError, builders.WeightFileError, FileNotFoundError) as e:
+  except (config_validation.ConfigError, builders.WeightFileError,
+          checkpoint.UnreadableCheckpointError, DataError, FileNotFoundError,
+          reporting.WorkdirError) as e:
     logging.error("%s", e)
     sys.exit(f"eval.py: {e}")
   print(evaluate.format_table(results))

@@ -366,3 +366,45 @@ def test_cityscapes_maps_label_ids_to_train_ids():
   expected = np.array([_CITYSCAPES.get(int(v), 255) for v in raw.ravel()]).reshape(4, 10)
   np.testing.assert_array_equal(batch["mask"][0], expected != 255)
   np.testing.assert_array_equal(batch["label"][0], np.where(expected == 255, 0, expected))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad data: one line naming the dataset, the split and the example.
+
+
+def _cifar_examples(images, labels):
+  """A stand-in for cifar10's stored examples (uint8 images of any shape)."""
+  def as_dataset(self, *args, **kwargs):
+    del self, args, kwargs
+    return tf.data.Dataset.from_generator(
+        lambda: ({"image": im, "label": lab, "id": b"x"} for im, lab in zip(images, labels)),
+        output_signature={"image": tf.TensorSpec([None, None, 3], tf.uint8),
+                          "label": tf.TensorSpec([], tf.int64),
+                          "id": tf.TensorSpec([], tf.string)})
+  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+def test_out_of_range_label_in_training_names_split_and_example():
+  labels = [1, 2, 3, 4, 5, 6, 10, 7]
+  with _cifar_examples([np.zeros((32, 32, 3), np.uint8)] * 8, labels):
+    stream = data.make_dataset("cifar10", "train", batch_size=8, train=True, seed=0)
+    with pytest.raises(data.DataError, match=r"^cifar10: label 10 out of range \[0, 10\) at "
+                       r"example 6 of cifar10 split 'train' \(1 bad value"):
+      next(stream)  # The first batch holds the bad example: it is never returned.
+
+
+def test_image_of_the_wrong_shape_names_split_and_example():
+  images = [np.zeros((32, 32, 3), np.uint8)] * 5
+  images[3] = np.zeros((31, 32, 3), np.uint8)
+  with _cifar_examples(images, [0] * 5):
+    with pytest.raises(data.DataError) as info:
+      list(data.make_dataset("cifar10", "test", batch_size=2, train=False))
+  assert str(info.value) == ("cifar10: image of shape (31, 32, 3) at example 3 of cifar10 split "
+                             "'test'; the dataset's images are (32, 32, 3).")
+
+
+def test_empty_split_is_one_line_before_any_batch():
+  with _cifar_examples([], []):
+    for train in (True, False):
+      with pytest.raises(data.DataError, match=r"^cifar10 split 'test' is empty \(0 examples\)"):
+        data.make_dataset("cifar10", "test", batch_size=2, train=train)

@@ -11,7 +11,9 @@ data.objectness(boxes, crop)    # exact SPEC §4 objectness, eager on numpy
 ```
 """
 from calib_jax.data.boxes import objectness
+from calib_jax.data.checks import DataError
 from calib_jax.data.pipeline import PipelineOptions, make_dataset
 from calib_jax.data.registry import DatasetMeta, info, names
 
-__all__ = ["DatasetMeta", "PipelineOptions", "info", "make_dataset", "names", "objectness"]
+__all__ = ["DataError", "DatasetMeta", "PipelineOptions", "info", "make_dataset", "names",
+           "objectness"]

@@ -23,6 +23,7 @@ import tensorflow_datasets as tfds
 
 from calib_jax.data import boxes as boxes_lib
 from calib_jax.data import builders  # noqa: F401  (registers the local tfds builders)
+from calib_jax.data import checks
 from calib_jax.data import prepare, registry
 
 __all__ = ["PipelineOptions", "make_dataset"]
@@ -214,13 +215,16 @@ def _image_size(spec: registry._Spec, opts: PipelineOptions) -> tuple[int, int]:
   return spec.meta.image_shape[0], spec.meta.image_shape[1]
 
 
-def _decode_image(data: tf.Tensor, channels: int, static_shape=None) -> tf.Tensor:
+def _decode_image(data: tf.Tensor, channels: int, static_shape=None, index=None) -> tf.Tensor:
   if data.dtype == tf.string:
     data = tf.io.decode_image(data, channels=channels, expand_animations=False)
   data = tf.convert_to_tensor(data)
   data.set_shape([None, None, channels])
   if static_shape is not None and static_shape[-1] == channels:
-    data = tf.ensure_shape(data, static_shape)
+    if index is None:
+      data = tf.ensure_shape(data, static_shape)
+    else:  # Names the example when an image has another shape.
+      data = checks.with_shape(data, tuple(static_shape), index)
   return data
 
 
@@ -295,7 +299,9 @@ class _Processor:
     else:
       self.resize = int(round(max(self.size) / _EVAL_RESIZE_RATIO)) if self.task != "text" else 0
 
-  def __call__(self, ex: dict[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
+  def __call__(self, ex: dict[str, tf.Tensor], seed: tf.Tensor,
+               index: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+    self._index = index  # The example's position (traced), for the image shape check.
     ex = _canonical(self.spec, ex)
     if self.task == "text":
       return self._text(ex)
@@ -379,7 +385,7 @@ class _Processor:
     return image, tf.constant(boxes_lib.FULL_WINDOW, tf.float32)
 
   def _decode(self, image):
-    return _decode_image(image, self.channels, self.stored_shape)
+    return _decode_image(image, self.channels, self.stored_shape, getattr(self, "_index", None))
 
   def _crop(self, image, seed):
     """Resize-then-crop recipes: (float image of self.size, crop window)."""
@@ -510,7 +516,8 @@ def _tf_options() -> tf.data.Options:
 
 def _with_index(example: dict[str, tf.Tensor], index: tf.Tensor, opts: PipelineOptions
                 ) -> dict[str, tf.Tensor]:
-  return {**example, "index": index} if opts.return_index else example
+  # '_index' (always) names a bad example in errors; the iterators remove it.
+  return {**example, "_index": index, **({"index": index} if opts.return_index else {})}
 
 
 def _train_stream(examples, processor, *, num_examples, batch_size, seed, start_batch,
@@ -529,7 +536,8 @@ def _train_stream(examples, processor, *, num_examples, batch_size, seed, start_
     return shuffled.take(per_epoch).map(lambda index, ex: (e, index, ex))
 
   def process(e, index, ex):
-    return _with_index(processor(ex, tf.stack([_epoch_seed(seed, e), index])), index, opts)
+    return _with_index(processor(ex, tf.stack([_epoch_seed(seed, e), index]), index), index,
+                       opts)
 
   ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
   ds = ds.skip(offset * batch_size)
@@ -540,19 +548,12 @@ def _train_stream(examples, processor, *, num_examples, batch_size, seed, start_
 
 def _eval_stream(examples, processor, *, batch_size, opts) -> tf.data.Dataset:
   def process(index, ex):
-    return _with_index(processor(ex, tf.stack([tf.constant(0, tf.int64), index])), index, opts)
+    return _with_index(processor(ex, tf.stack([tf.constant(0, tf.int64), index]), index), index,
+                       opts)
 
   ds = examples.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = _batch(ds, batch_size, drop_remainder=False)
   return ds.prefetch(opts.prefetch).with_options(_tf_options())
-
-
-def _check_labels(name: str, batch: dict[str, np.ndarray], num_classes: int) -> None:
-  labels = batch["label"][batch["mask"]]
-  bad = labels[(labels < 0) | (labels >= num_classes)]
-  if bad.size:
-    raise ValueError(f"{name}: label {int(bad[0])} out of range [0, {num_classes}) "
-                     f"({bad.size} bad value(s) in this batch).")
 
 
 def _pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
@@ -565,20 +566,20 @@ def _pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.nd
 
 def _empty_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
   return {k: np.zeros((batch_size,) + tuple(s.shape[1:]), s.dtype.as_numpy_dtype)
-          for k, s in element_spec.items()}
+          for k, s in element_spec.items() if k != "_index"}
 
 
-def _iterate_train(ds, name, num_classes) -> Iterator[dict[str, np.ndarray]]:
-  for batch in ds.as_numpy_iterator():
-    _check_labels(name, batch, num_classes)
+def _checked(ds, name, split, num_classes, shape) -> Iterator[dict[str, np.ndarray]]:
+  """The host batches, each checked (labels; tf.data errors as one line) before it is returned."""
+  for batch in checks.iterate(ds, name, split, shape):
+    index = batch.pop("_index")
+    checks.check_labels(name, split, batch, index, num_classes)
     yield batch
 
 
-def _iterate_eval(ds, name, num_classes, batch_size, num_batches
-                  ) -> Iterator[dict[str, np.ndarray]]:
+def _iterate_eval(batches, ds, batch_size, num_batches) -> Iterator[dict[str, np.ndarray]]:
   count = 0
-  for batch in ds.as_numpy_iterator():
-    _check_labels(name, batch, num_classes)
+  for batch in batches:
     yield _pad_batch(batch, batch_size)
     count += 1
   for _ in range(num_batches - count):  # Hosts with a smaller shard pad to the common count.
@@ -622,7 +623,9 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
     float32 [B] / 'boxes' float32 [B,K,4] when requested.
 
   Raises:
-    ValueError: unknown dataset or option, bad values, or an out-of-range label.
+    ValueError: unknown dataset or option, or bad values.
+    checks.DataError (a ValueError): an out-of-range label, an image of the wrong shape, an
+      empty split (one line naming dataset, split and example).
     FileNotFoundError: the data are not available offline (the message says how to get them).
   """
   spec = registry.spec(name)
@@ -638,16 +641,18 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   if opts.max_examples is not None:
     examples = examples.take(opts.max_examples)
   num_examples = _num_examples(examples)
+  checks.check_not_empty(name, split, num_examples)
   # Indices are global (before sharding) so augmentation does not depend on the host count.
   examples = examples.enumerate().shard(process_count, process_index)
-  processor = _Processor(spec, opts, train,
-                         _static_image_shape(builder, spec.source.image_key))
+  stored_shape = _static_image_shape(builder, spec.source.image_key)
+  processor = _Processor(spec, opts, train, stored_shape)
   num_classes = spec.meta.num_classes
   if train:
     ds = _train_stream(examples, processor, num_examples=num_examples, batch_size=batch_size,
                        seed=int(seed), start_batch=int(start_batch),
-                       process_count=process_count, opts=opts, name=name)
-    return _iterate_train(ds, name, num_classes)
+                       process_count=process_count, opts=opts, name=f"{name} split {split!r}")
+    return _checked(ds, name, split, num_classes, stored_shape)
   ds = _eval_stream(examples, processor, batch_size=batch_size, opts=opts)
   num_batches = math.ceil(math.ceil(num_examples / process_count) / batch_size)
-  return _iterate_eval(ds, name, num_classes, batch_size, num_batches)
+  return _iterate_eval(_checked(ds, name, split, num_classes, stored_shape), ds, batch_size,
+                       num_batches)

@@ -6,20 +6,63 @@ training loop stores the step and epoch; the data position is the step). The orb
 `CheckpointManager` decides which steps are saved (a fixed interval) and how many are kept. Saves are asynchronous; `wait()`
 before reading them or exiting. Only finite states are ever passed to `save` (the loop checks
 first), so the newest checkpoint on disk is always a good one.
+
+A checkpoint can still be damaged after it was written (a disk fault, a copy cut short, files
+overwritten). `restore` without a step therefore takes the newest *readable* checkpoint: the
+newer ones it could not read are listed in `skipped` (step and a short reason) for the caller to
+report, and `set_aside` moves them (never deletes them) to `<workdir>/unreadable_checkpoints/`
+so training can save those steps again. When none can be read, or an explicitly requested step
+cannot, `UnreadableCheckpointError` (a ValueError) says which and why.
 """
 import os
-from typing import Any
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
 CHECKPOINT_SUBDIR = "checkpoints"
+UNREADABLE_SUBDIR = "unreadable_checkpoints"
+_T = TypeVar("_T")
+
+
+class UnreadableCheckpointError(ValueError):
+  """No checkpoint of a directory can be read, or the requested step cannot."""
+
+
+def short_reason(error: BaseException, limit: int = 160) -> str:
+  """One short line saying why a read failed: the error type and its message's first line."""
+  text = (str(error).strip().splitlines() or [""])[0].split(" [tensorstore_spec=")[0]
+  if len(text) > limit:
+    text = text[:limit - 3] + "..."
+  return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def checkpoint_dir(workdir: str) -> str:
   """Absolute checkpoint directory of a work directory (orbax requires absolute paths)."""
   return os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
+
+
+def _quiet_closed_loop_errors() -> None:
+  """Sends tensorstore's late 'Event loop is closed' errors to the log instead of stderr, from
+  the first failed checkpoint read on (for the rest of the process: they arrive late): after a
+  failed read, orbax closes its event loop while tensorstore still completes the other reads of
+  that checkpoint, and each completion would print a traceback through `sys.unraisablehook`."""
+  previous = sys.unraisablehook
+  if getattr(previous, "calib_jax_quiet", False):
+    return
+
+  def hook(unraisable) -> None:
+    if (isinstance(unraisable.exc_value, RuntimeError)
+        and "Event loop is closed" in str(unraisable.exc_value)):
+      logging.debug("After a failed checkpoint read: %s", unraisable.exc_value)
+    else:
+      previous(unraisable)
+
+  hook.calib_jax_quiet = True
+  sys.unraisablehook = hook
 
 
 class Checkpointer:
@@ -36,6 +79,7 @@ class Checkpointer:
       read_only: open an existing directory for restoring only (eval).
     """
     self.directory = checkpoint_dir(workdir)
+    self.skipped: list[tuple[int, str]] = []  # (step, reason) the last restore could not read
     if read_only:  # Neither saves nor deletes; orbax warns about any interval or retention.
       options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0, create=False)
     else:
@@ -76,21 +120,27 @@ class Checkpointer:
     return bool(self._manager.save(step, args=self._save_args(state, meta)))
 
   def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """Restores `(state, meta)` of checkpoint `step` (default: newest).
+    """Restores `(state, meta)` of checkpoint `step` (default: the newest readable one; the newer
+    unreadable ones are in `self.skipped` afterwards).
 
     Args:
       abstract_state: pytree of `jax.ShapeDtypeStruct` (with shardings) giving the structure,
         dtypes and placement of the state to restore into.
-      step: which checkpoint; None for the newest.
+      step: which checkpoint; None for the newest readable one.
+
+    Raises:
+      FileNotFoundError: no checkpoint (or none of `step`).
+      UnreadableCheckpointError: `step` cannot be read, or (`step` None) none can.
     """
-    step = self.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"No checkpoint in {self.directory}")
-    restored = self._manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
+    def read(at: int) -> tuple[Any, dict[str, Any]]:
+      restored = self._manager.restore(
+          at, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
                                       meta=ocp.args.JsonRestore()))
+      return restored["state"], dict(restored["meta"])
+
+    result, step = self._read_newest(read, step)
     logging.info("Restored checkpoint %d from %s", step, self.directory)
-    return restored["state"], dict(restored["meta"])
+    return result
 
   def restore_variables(self, abstract_variables: Any,
                         step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -101,19 +151,72 @@ class Checkpointer:
     Args:
       abstract_variables: `{'params': ..., 'batch_stats'?: ...}` of `jax.ShapeDtypeStruct`
         (with shardings), e.g. from `jax.eval_shape` of the model's init.
-      step: which checkpoint; None for the newest.
+      step: which checkpoint; None for the newest readable one (see `restore`).
     """
-    step = self.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"No checkpoint in {self.directory}")
     wanted = {k: v for k, v in abstract_variables.items() if v}  # no empty batch_stats
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore(
-            item=wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
-            partial_restore=True),
-        meta=ocp.args.JsonRestore()))
+
+    def read(at: int) -> tuple[dict[str, Any], dict[str, Any]]:
+      restored = self._manager.restore(at, args=ocp.args.Composite(
+          state=ocp.args.PyTreeRestore(
+              item=wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
+              partial_restore=True),
+          meta=ocp.args.JsonRestore()))
+      return dict(restored["state"]), dict(restored["meta"])
+
+    result, step = self._read_newest(read, step)
     logging.info("Restored the variables of checkpoint %d from %s", step, self.directory)
-    return dict(restored["state"]), dict(restored["meta"])
+    return result
+
+  def _read_newest(self, read: Callable[[int], _T], step: int | None) -> tuple[_T, int]:
+    """`read(step)`, or with `step` None `read` of the newest step it succeeds on; the newer
+    steps it failed on go to `self.skipped` as (step, reason), each logged as a warning."""
+    self.skipped = []
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    if not steps:
+      raise FileNotFoundError(f"No checkpoint in {self.directory}")
+    if step is not None:
+      if step not in steps:
+        raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory} (steps on "
+                                f"disk: {', '.join(map(str, sorted(steps)))})")
+      try:
+        return read(step), step
+      except Exception as e:  # pylint: disable=broad-except  # Any failure: unreadable.
+        _quiet_closed_loop_errors()
+        raise UnreadableCheckpointError(
+            f"checkpoint {step} in {self.directory} is unreadable ({short_reason(e)})") from e
+    for at in steps:
+      try:
+        return read(at), at
+      except Exception as e:  # pylint: disable=broad-except  # Any failure: try an older one.
+        _quiet_closed_loop_errors()
+        self.skipped.append((at, short_reason(e)))
+        logging.warning("Checkpoint %d in %s is unreadable: %s", at, self.directory, e)
+    reasons = "; ".join(f"{at}: {why}" for at, why in self.skipped)
+    raise UnreadableCheckpointError(
+        f"no checkpoint in {self.directory} is readable ({reasons}); move that directory "
+        "away to start afresh")
+
+  def set_aside(self, steps: list[int]) -> list[str]:
+    """Moves the checkpoints of `steps` (unreadable ones) to `<workdir>/unreadable_checkpoints/`
+    so those steps can be saved again; nothing is deleted. Returns the new paths. Process 0
+    moves, every process waits for it."""
+    workdir = os.path.dirname(self.directory)
+    moved = []
+    for step in steps:
+      target = os.path.join(workdir, UNREADABLE_SUBDIR, str(step))
+      n = 1
+      while os.path.exists(target):
+        n += 1
+        target = os.path.join(workdir, UNREADABLE_SUBDIR, f"{step}-{n}")
+      if jax.process_index() == 0:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(os.path.join(self.directory, str(step)), target)
+      moved.append(target)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      multihost_utils.sync_global_devices("calib_jax_set_aside_checkpoints")
+    self._manager.reload()
+    return moved
 
   def wait(self) -> None:
     """Blocks until pending asynchronous saves are on disk."""

@@ -35,7 +35,8 @@ from absl import logging
 from calib_jax import metrics, posthoc
 from calib_jax.training import builders
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import config_validation, evaluators, parallel, step as step_lib
+from calib_jax.training import config_validation, evaluators, parallel, reporting
+from calib_jax.training import step as step_lib
 
 RESULTS_FILE = "metrics.json"
 RELIABILITY_FILE = "reliability.png"
@@ -92,6 +93,10 @@ def restore_variables(config: ml_collections.ConfigDict, workdir: str, model,
   variables, meta = checkpointer.restore_variables(
       builders.abstract_variables(model, example, mesh), step)
   checkpointer.close()
+  if checkpointer.skipped:
+    reporting.warn("; ".join(f"skipped checkpoint {s}, unreadable ({why})"
+                             for s, why in checkpointer.skipped)
+                   + f"; evaluating step {meta['step']}")
   return variables, int(meta["step"])
 
 

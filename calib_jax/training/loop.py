@@ -4,8 +4,12 @@
 the newest checkpoint of `workdir` if there is one (exact resume: parameters, optimiser state,
 BatchNorm statistics, step, RNG and data position), trains to the configured length with
 periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
-stops the run with `NonFiniteLossError` before the bad state can be checkpointed.
+stops the run with `NonFiniteLossError` before the bad state can be checkpointed. SIGTERM (a
+preemption notice) saves the step in flight and raises `preemption.Preempted`; a damaged newest
+checkpoint is reported in one warning line, moved aside, and training resumes from the newest
+readable one.
 """
+import os
 import time
 from typing import Any
 
@@ -16,7 +20,8 @@ from absl import logging
 
 from calib_jax.training import builders
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import config_validation, evaluators, optim, parallel, step as step_lib
+from calib_jax.training import config_validation, evaluators, optim, parallel, preemption
+from calib_jax.training import step as step_lib
 from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
 
@@ -64,6 +69,16 @@ def _non_finite_error(metrics: dict[str, np.ndarray], step: int,
       "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.")
 
 
+def _report_skipped(checkpointer: checkpoint_lib.Checkpointer, step: int) -> None:
+  """One warning line for the unreadable checkpoints newer than `step`, which are moved aside
+  (kept, not deleted) so that training can save those steps again."""
+  skipped = checkpointer.skipped
+  moved = checkpointer.set_aside([s for s, _ in skipped])
+  what = "; ".join(f"checkpoint {s} is unreadable ({why})" for s, why in skipped)
+  log_lib.warn(f"{what}; resuming from step {step}; the unreadable files were moved to "
+               f"{os.path.dirname(moved[0])}")
+
+
 def _eval_interval(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
   if config.eval_every_steps == -1:
     return steps_per_epoch
@@ -84,10 +99,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
   Raises:
     ValueError: the config is invalid (raised before anything is compiled).
+    reporting.WorkdirError: `workdir` cannot be written (raised before anything is built).
     NonFiniteLossError: the loss or gradient became NaN/inf.
+    preemption.Preempted: SIGTERM arrived; the step in flight was finished and saved.
   """
   parallel.maybe_initialize_distributed(config.multihost)
   config_validation.validate(config, num_devices=len(devices) if devices else None)
+  log_lib.check_workdir(workdir)
 
   meta = builders.dataset_meta(config)
   example = builders.example_input(config)
@@ -107,10 +125,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       workdir, save_every_steps=config.checkpoint_every_steps,
       max_to_keep=config.keep_checkpoints)
   if checkpointer.latest_step() is not None:
-    state, _ = checkpointer.restore(
-        builders.abstract_state(config, model, tx, example, mesh, crl_num_examples))
+    try:
+      state, _ = checkpointer.restore(
+          builders.abstract_state(config, model, tx, example, mesh, crl_num_examples))
+    except Exception:
+      checkpointer.close()
+      raise
     logging.info("Resuming at step %d (the training stream restarts at batch %d).",
                  int(state.step), int(state.step))
+    if checkpointer.skipped:
+      _report_skipped(checkpointer, int(state.step))
   else:
     state = builders.initial_state(config, model, tx, example, mesh, crl_num_examples)
   start_step = int(jax.device_get(state.step))
@@ -151,7 +175,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     status = (f"loss {float(history[-1]['loss']):.4f} "
               f"lr {float(history[-1]['learning_rate']):.3g}")
 
+  watch = preemption.Watch()
+  preempted = False
   try:
+    watch.__enter__()
     for step in range(start_step, stop_at):
       batch = parallel.to_global(next(train_iter), mesh)
       state, metrics = train_step(state, batch)
@@ -162,7 +189,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       # end) and at least every _MAX_PENDING_STEPS to bound the work queued ahead.
       log_now = done % config.log_every_steps == 0 or done == stop_at
       eval_now = eval_every > 0 and (done % eval_every == 0 or done == total_steps)
-      save_now = checkpointer.should_save(done)
+      preempted = watch.reached(done)  # SIGTERM: save this step and stop.
+      save_now = checkpointer.should_save(done) or preempted
       if log_now or eval_now or save_now or len(pending) >= _MAX_PENDING_STEPS:
         read_pending()
       if log_now:
@@ -185,11 +213,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           progress.write(line)
       if save_now:
         checkpointer.save(done, state, _checkpoint_meta(done, steps_per_epoch))
+      if preempted:
+        break
     final = int(jax.device_get(state.step))
     checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
   finally:
+    watch.__exit__()
     checkpointer.close()
     writer.close()
     if progress is not None:
       progress.close()
+  if preempted:
+    raise preemption.Preempted(final, checkpointer.directory)
   return state

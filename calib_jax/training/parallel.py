@@ -22,10 +22,17 @@ def maybe_initialize_distributed(multihost: bool) -> None:
   """Connects the processes of a multi-host job (TPU pod, multi-node GPU) before any JAX work.
 
   Called when the config asks for it or when the environment variable `CALIB_JAX_MULTIHOST=1`
-  is set; on Cloud TPU and SLURM, `jax.distributed.initialize()` discovers the coordinator itself.
+  is set, unless the program already called `jax.distributed.initialize`. On Cloud TPU and SLURM
+  `jax.distributed.initialize()` discovers the coordinator, process count and id itself;
+  elsewhere set `JAX_COORDINATOR_ADDRESS=host:port` (process 0's machine),
+  `CALIB_JAX_NUM_PROCESSES` and `CALIB_JAX_PROCESS_ID` (see the README, "Multi-host training").
   """
-  if multihost or os.environ.get("CALIB_JAX_MULTIHOST") == "1":
-    jax.distributed.initialize()
+  if not (multihost or os.environ.get("CALIB_JAX_MULTIHOST") == "1"):
+    return
+  if not jax.distributed.is_initialized():
+    count, index = (os.environ.get(f"CALIB_JAX_{k}") for k in ("NUM_PROCESSES", "PROCESS_ID"))
+    jax.distributed.initialize(num_processes=int(count) if count else None,
+                               process_id=int(index) if index else None)
     logging.info("Process %d of %d, %d local / %d global devices.", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
 

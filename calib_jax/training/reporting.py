@@ -7,6 +7,7 @@ Everything is written by process 0 only, under the work directory:
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -20,6 +21,16 @@ TENSORBOARD_SUBDIR = "tensorboard"
 
 def _is_writer() -> bool:
   return jax.process_index() == 0
+
+
+def warn(line: str) -> None:
+  """A warning for the user: logged, and on process 0 also one line on stderr (unless absl
+  already mirrors its log there, e.g. `--alsologtostderr`, or the console is not set up)."""
+  from absl import flags, logging  # pylint: disable=g-import-not-at-top
+  logging.warning("%s", line)
+  mirrored = any(flags.FLAGS[name].value for name in ("alsologtostderr", "logtostderr"))
+  if _is_writer() and not mirrored:
+    print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 class _LineTqdm(tqdm.tqdm):
@@ -148,6 +159,22 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
     return []
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
+
+
+class WorkdirError(OSError):
+  """The work directory cannot be created or written."""
+
+
+def check_workdir(workdir: str) -> None:
+  """Raises `WorkdirError` (one line) unless `workdir` exists or can be made, and a file can be
+  written in it: called before anything is built, so a bad path fails at once."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix=".write_test_"):
+      pass
+  except OSError as e:
+    raise WorkdirError(f"work directory {workdir} is not writable "
+                       f"({e.strerror or type(e).__name__}: {e.filename or workdir})") from None
 
 
 def save_config(config: Any, workdir: str) -> str:

@@ -1,0 +1,234 @@
+"""Faults met at scale, injected for real: damaged checkpoint files (training resumes from the
+newest readable one, eval skips it), SIGTERM (a preemption notice) in a real train.py process,
+and an unwritable work directory."""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from calib_jax.training import builders, checkpoint, evaluate, loop, parallel, preemption
+from calib_jax.training import config as config_lib, reporting, variants
+from test_console import TINY
+from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory):
+  """A run stopped after 16 of 24 steps: checkpoints 8 and 16 (copied for each test)."""
+  workdir = str(tmp_path_factory.mktemp("faults") / "run")
+  loop.train_and_evaluate(tiny_config(stop_after_steps=16), workdir)
+  assert checkpoint.Checkpointer(workdir, read_only=True).all_steps() == [8, 16]
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The uninterrupted 24-step run's final state."""
+  return loop.train_and_evaluate(tiny_config(), str(tmp_path_factory.mktemp("faults") / "ref"))
+
+
+def _copy(workdir, tmp_path):
+  target = str(tmp_path / "run")
+  shutil.copytree(workdir, target)
+  return target
+
+
+def _damage(workdir, step, how):
+  """Really damages checkpoint `step` on disk; returns {path: bytes} of what is left there."""
+  state_dir = os.path.join(checkpoint.checkpoint_dir(workdir), str(step), "state")
+  if how == "garbage":  # Every array data file overwritten with random bytes of the same size.
+    files = [f for f in glob.glob(f"{state_dir}/**/d/*", recursive=True) if os.path.isfile(f)]
+    assert files
+    rng = np.random.default_rng(0)
+    for f in files:
+      size = os.path.getsize(f)
+      with open(f, "wb") as out:
+        out.write(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+  elif how == "missing":  # A copy cut short: the array index files are gone.
+    files = glob.glob(f"{state_dir}/**/manifest.ocdbt", recursive=True)
+    assert files
+    for f in files:
+      os.remove(f)
+  else:
+    raise ValueError(how)
+  root = os.path.join(checkpoint.checkpoint_dir(workdir), str(step))
+  return {os.path.relpath(f, root): open(f, "rb").read()
+          for f in glob.glob(f"{root}/**/*", recursive=True) if os.path.isfile(f)}
+
+
+def _same_files(directory, files):
+  found = {os.path.relpath(f, directory): open(f, "rb").read()
+           for f in glob.glob(f"{directory}/**/*", recursive=True) if os.path.isfile(f)}
+  return found == files
+
+
+def _warnings(stderr):
+  return [line for line in stderr.splitlines() if line.startswith("warning:")]
+
+
+@pytest.mark.parametrize("how", ["garbage", "missing"])
+def test_damaged_newest_checkpoint_resumes_from_the_newest_readable(
+    two_checkpoints, reference, tmp_path, capsys, how):
+  workdir = _copy(two_checkpoints, tmp_path)
+  damaged = _damage(workdir, 16, how)
+  capsys.readouterr()
+  resumed = loop.train_and_evaluate(tiny_config(), workdir)
+  lines = _warnings(capsys.readouterr().err)
+  assert len(lines) == 1, lines
+  assert "checkpoint 16 is unreadable" in lines[0] and "resuming from step 8" in lines[0]
+  # Nothing deleted: the damaged checkpoint was moved aside intact; step 16 was saved anew.
+  aside = os.path.join(workdir, checkpoint.UNREADABLE_SUBDIR, "16")
+  assert _same_files(aside, damaged)
+  assert checkpoint.Checkpointer(workdir, read_only=True).all_steps() == [8, 16, 24]
+  for x, y in zip(jax.tree.leaves(jax.device_get(reference.params)),
+                  jax.tree.leaves(jax.device_get(resumed.params)), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_no_readable_checkpoint_is_one_error_and_nothing_is_touched(two_checkpoints, tmp_path):
+  workdir = _copy(two_checkpoints, tmp_path)
+  kept = {step: _damage(workdir, step, how) for step, how in ((8, "missing"), (16, "garbage"))}
+  with pytest.raises(checkpoint.UnreadableCheckpointError) as info:
+    loop.train_and_evaluate(tiny_config(), workdir)
+  message = str(info.value)
+  assert "\n" not in message and "no checkpoint in" in message
+  assert "16: ValueError" in message and "8: ValueError" in message
+  for step, files in kept.items():
+    assert _same_files(os.path.join(checkpoint.checkpoint_dir(workdir), str(step)), files)
+  assert not os.path.exists(os.path.join(workdir, checkpoint.UNREADABLE_SUBDIR))
+
+
+def _eval_restore(workdir, step=None):
+  config = tiny_config()
+  meta = builders.dataset_meta(config)
+  model = builders.build_model(config, meta)
+  return evaluate.restore_variables(config, workdir, model, parallel.make_mesh(),
+                                    builders.example_input(config), step)
+
+
+def test_eval_skips_a_damaged_newest_checkpoint_and_refuses_it_by_step(
+    two_checkpoints, tmp_path, capsys):
+  workdir = _copy(two_checkpoints, tmp_path)
+  damaged = _damage(workdir, 16, "garbage")
+  capsys.readouterr()
+  variables, step = _eval_restore(workdir)
+  assert step == 8 and "params" in variables
+  lines = _warnings(capsys.readouterr().err)
+  assert len(lines) == 1 and "skipped checkpoint 16, unreadable" in lines[0], lines
+  assert "evaluating step 8" in lines[0]
+  with pytest.raises(checkpoint.UnreadableCheckpointError, match=r"^checkpoint 16 in .* is "
+                     r"unreadable \(ValueError: "):
+    _eval_restore(workdir, step=16)
+  # Eval is read-only: the damaged checkpoint stays where it is, as it was.
+  assert _same_files(os.path.join(checkpoint.checkpoint_dir(workdir), "16"), damaged)
+
+
+def _train_cmd(workdir, steps):
+  return [sys.executable, os.path.join(ROOT, "tests", "fixtures", "train_pausing.py"), *TINY,
+          f"--config.num_train_steps={steps}", "--config.eval_every_steps=0",
+          "--config.checkpoint_every_steps=1000", f"--workdir={workdir}"]
+
+
+def _env(cache_dir):
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
+  env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  return env
+
+
+def _final_variables(workdir, step):
+  """The params and batch statistics of checkpoint `step` of a train.py run of TINY."""
+  config = config_lib.load_config_file(TINY[0].split("=", 1)[1])  # The variables depend on the
+  variants.override(config, {"data.name": "digits", "model_kwargs.widths": (4, 8)})  # model only.
+  meta = builders.dataset_meta(config)
+  model = builders.build_model(config, meta)
+  ckpt = checkpoint.Checkpointer(workdir, read_only=True)
+  variables, saved = ckpt.restore_variables(
+      builders.abstract_variables(model, builders.example_input(config), parallel.make_mesh()),
+      step)
+  ckpt.close()
+  assert saved["step"] == step
+  return jax.device_get(variables)
+
+
+def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
+  steps, pause_at = 30, 11
+  env = _env(tmp_path / "cache")
+  reference = subprocess.Popen(_train_cmd(tmp_path / "ref", steps), cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  workdir = tmp_path / "preempted"
+  proc = subprocess.Popen(_train_cmd(workdir, steps), cwd=ROOT,
+                          env=dict(env, CALIB_TEST_PAUSE_AT_BATCH=str(pause_at)),
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  seen = []
+  for line in proc.stderr:  # Steps 1..11 are done, step 12 waits for its batch.
+    seen.append(line)
+    if line.startswith(f"paused before batch {pause_at}"):
+      proc.send_signal(signal.SIGTERM)
+      break
+  out, err = proc.communicate("go on\n", timeout=300)
+  assert proc.returncode == preemption.PREEMPTED_EXIT_CODE, "".join(seen) + err
+  saved = pause_at + 1  # The step in flight is finished, then saved.
+  assert err.strip().splitlines()[-1] == (
+      f"train.py: preempted (SIGTERM): saved checkpoint {saved} in "
+      f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), err
+  assert checkpoint.Checkpointer(str(workdir), read_only=True).all_steps() == [saved]
+  resumed = subprocess.run(_train_cmd(workdir, steps), cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert re.search(rf"^{saved + 1}/{steps} \[", resumed.stderr, re.M), resumed.stderr[-2000:]
+  assert reference.wait(timeout=300) == 0, reference.stderr.read()[-2000:]
+  for x, y in zip(jax.tree.leaves(_final_variables(str(tmp_path / "ref"), steps)),
+                  jax.tree.leaves(_final_variables(str(workdir), steps)), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture
+def unwritable_workdir(tmp_path):
+  """A work directory nothing can be written in: a read-only folder, or, where chmod does not
+  stop writes (tests run as root), a path below a regular file."""
+  folder = tmp_path / "read_only"
+  folder.mkdir()
+  folder.chmod(0o555)
+  try:
+    (folder / "probe").write_text("x")
+  except OSError:
+    yield str(folder / "run")
+    folder.chmod(0o755)
+    return
+  (folder / "probe").unlink()  # Root: the read-only bit does not stop it.
+  folder.chmod(0o755)
+  blocker = tmp_path / "a_file"
+  blocker.write_text("not a folder\n")
+  yield str(blocker / "run")
+  assert blocker.read_text() == "not a folder\n"  # Nothing of the user's was touched.
+
+
+def test_unwritable_workdir_fails_right_after_config_validation(unwritable_workdir, monkeypatch):
+  def no_build(*args, **kwargs):
+    raise AssertionError("went on to build the run before checking the work directory")
+
+  monkeypatch.setattr(builders, "dataset_meta", no_build)
+  with pytest.raises(reporting.WorkdirError) as info:
+    loop.train_and_evaluate(tiny_config(), unwritable_workdir)
+  assert str(info.value).startswith(f"work directory {unwritable_workdir} is not writable (")
+  assert "\n" not in str(info.value)
+
+
+def test_train_py_reports_an_unwritable_workdir_in_one_line(unwritable_workdir, tmp_path):
+  proc = subprocess.run(_train_cmd(unwritable_workdir, 24), cwd=ROOT, env=_env(tmp_path / "c"),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.splitlines() == [
+      f"train.py: work directory {unwritable_workdir} is not writable "
+      f"({'Not a directory' if 'a_file' in unwritable_workdir else 'Permission denied'})"]

@@ -226,11 +226,11 @@ def format_lines(results: dict[str, Any]) -> list[str]:
   """Console lines of the pictures' numbers in `results` (none when there are none)."""
   lines = []
   if "localisation" in results:
-    loc = results["localisation"]
+    loc, pp = results["localisation"], results["localisation"]["grad_cam_pp"]
     lines += ["", f"localisation of the true class's Grad-CAM ({loc['num_images']} images): "
                   f"pointing game {loc['pointing_game']:.3f}, energy in box "
-                  f"{loc['energy_in_box']:.3f} (Grad-CAM++ {loc['grad_cam_pp']['pointing_game']:.3f}"
-                  f" / {loc['grad_cam_pp']['energy_in_box']:.3f}; chance {loc['box_area']:.3f})"]
+                  f"{loc['energy_in_box']:.3f} (Grad-CAM++ {pp['pointing_game']:.3f} / "
+                  f"{pp['energy_in_box']:.3f}; chance {loc['box_area']:.3f})"]
   if "seg_maps" in results:
     lines += ["", f"mean classwise ECE of the validation pixels: "
                   f"{results['seg_maps']['mean_classwise_ece']:.4f}"]

@@ -38,6 +38,12 @@ def _draw_boxes(ax, boxes: Optional[np.ndarray], height: int, width: int) -> Non
                                      linestyle="--"))
 
 
+def _displayable(images: np.ndarray) -> np.ndarray:
+  """[N, H, W, 1] grey images as [N, H, W] (imshow takes no single-channel axis)."""
+  images = np.asarray(images)
+  return images[..., 0] if images.ndim == 4 and images.shape[-1] == 1 else images
+
+
 def _bare(ax) -> None:
   ax.set_xticks([])
   ax.set_yticks([])
@@ -67,6 +73,7 @@ def cam_grid(images: np.ndarray, grad_cam: np.ndarray, grad_cam_pp: np.ndarray,
   fig, axes = plt.subplots(rows, 3 * cols, figsize=(3 * cols * 1.25, rows * 1.9),
                            squeeze=False)
   h, w = images.shape[1:3]
+  images = _displayable(images)
   for ax in axes.ravel():
     ax.axis("off")
   for i in range(n):
@@ -126,6 +133,7 @@ def segmentation_maps(images: np.ndarray, truth: np.ndarray, prediction: np.ndar
   n = len(images)
   if n == 0:
     raise ValueError("segmentation_maps needs at least one image")
+  images = _displayable(images)
   fig = plt.figure(figsize=(7.0, 1.75 * n + 0.5), layout="constrained")
   grid = fig.add_gridspec(n, 5, width_ratios=(1, 1, 1, 1, 0.07))
   shown = None
@@ -143,7 +151,8 @@ def segmentation_maps(images: np.ndarray, truth: np.ndarray, prediction: np.ndar
         shown = ax.imshow(confidence[i], cmap="viridis", vmin=0, vmax=1,
                           interpolation="nearest")
       else:
-        ax.imshow(picture, interpolation="nearest")
+        ax.imshow(picture, cmap="gray" if picture.ndim == 2 else None, vmin=0, vmax=1,
+                  interpolation="nearest")
       ax.set_title(name, fontsize=7, pad=2)
   fig.colorbar(shown, cax=fig.add_subplot(grid[:, 4]), label="max softmax")
   if title:

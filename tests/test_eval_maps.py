@@ -146,3 +146,16 @@ def test_cam_grid_has_three_panels_per_image_and_colours_the_verdict(tmp_path, m
   assert verdicts == [plotting_maps.CORRECT] * 3 + [plotting_maps.WRONG] * 2
   assert all(len(ax.patches) == 1 for ax in axes)  # the box, on every panel
   plt.close(saved["fig"])
+
+
+def test_grey_images_are_drawn(tmp_path):
+  """Single-channel inputs (digits, MNIST) come as [N, H, W, 1]."""
+  rng = np.random.default_rng(0)
+  images = rng.uniform(size=(2, 8, 8, 1))
+  maps = rng.uniform(size=(2, 8, 8))
+  probs = np.full((2, 10), 0.1)
+  _png(plotting_maps.cam_grid(images, maps, maps, probs, np.array([0, 1]),
+                              str(tmp_path / "grey.png")))
+  labels = np.zeros((2, 8, 8), int)
+  _png(plotting_maps.segmentation_maps(images, labels, labels, maps, str(tmp_path / "seg.png"),
+                                       num_classes=3))

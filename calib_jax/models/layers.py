@@ -66,6 +66,16 @@ def conv(features: int, kernel_size: int, *, strides: int = 1, dilation: int = 1
                  use_bias=use_bias, dtype=dtype, kernel_init=kernel_init, name=name)
 
 
+class FeatureMap(nn.Module):
+  """The identity, as a parameter-free module: marks the feature map that class activation maps
+  read (`calib_jax.explain` differentiates with respect to a module's output). It adds no
+  variables, so checkpoints and imported weights are unaffected."""
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    return x
+
+
 def max_pool(x: Array, window: int, strides: int, padding: int = 0) -> Array:
   """Max pooling over H, W with symmetric padding (padded entries never win, like PyTorch)."""
   return nn.max_pool(x, (window, window), strides=(strides, strides),

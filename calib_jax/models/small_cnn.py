@@ -43,5 +43,6 @@ class SmallCNN(nn.Module):
         x = layers.max_pool(x, 2, 2)
       x = layers.conv(int(width), 3, dtype=self.dtype, name=f"conv{i}")(x)
       x = nn.relu(layers.batch_norm(train, self.dtype, self.axis_name, name=f"bn{i}")(x))
+    x = layers.FeatureMap(name="features")(x)  # What Grad-CAM reads (`calib_jax.explain`).
     x = layers.global_avg_pool(x)
     return layers.as_logits(nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x))

@@ -18,7 +18,7 @@ recipe says and offer named variants (`calib_jax.training.variants`). Fields:
 * logging/checkpoints: `log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`,
   `keep_checkpoints`, `tensorboard`, `progress_bar`;
 * `eval`: settings of eval.py (bins, p-norm candidates, selective-classification operating
-  points, context-only evaluation).
+  points, context-only evaluation, class activation maps and confidence maps).
 """
 import re
 from typing import Any
@@ -125,6 +125,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.max_plot_samples = 20_000      # samples (pixels) drawn in the reliability diagram
   c.eval.context_eval = False         # also evaluate context-only (objects removed) images
   c.eval.max_examples = -1            # -1: the whole split
+  # Pictures (calib_jax.training.map_report; 0 = off): Grad-CAM / Grad-CAM++ grid of the first
+  # test images (and localisation scores on datasets with boxes); segmentation confidence maps
+  # of the first validation images.
+  c.eval.cam_images = 8
+  c.eval.seg_map_images = 4
   c.lock()
   for field in FREE_FORM_FIELDS:
     _get(c, field).unlock()

@@ -19,7 +19,8 @@
 6. writes `<workdir>/eval_<split>/metrics.json`, `reliability.png` (PreT and PosT),
    `risk_coverage.png` and `predictions.npz` (the plotted samples' PreT/PosT probabilities and
    labels, to draw several models side by side with `plotting.reliability_diagrams`), and
-   returns the results.
+   returns the results; `map_report.MapReport` adds class activation maps and localisation
+   scores (classification) or confidence maps (segmentation).
 """
 import functools
 import json
@@ -35,7 +36,7 @@ from absl import logging
 from calib_jax import metrics, posthoc
 from calib_jax.training import builders
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import config_validation, evaluators, parallel, reporting
+from calib_jax.training import config_validation, evaluators, map_report, parallel, reporting
 from calib_jax.training import step as step_lib
 
 RESULTS_FILE = "metrics.json"
@@ -286,6 +287,7 @@ class CalibrationReport:
                meta: Any, split: str = "test"):
     self.config, self.mesh, self.meta, self.split = config, mesh, meta, split
     self.predict = step_lib.make_predict_fn(model, mesh)
+    self.maps = map_report.MapReport(config, model, mesh, meta, split, self.predict)
     self._samples: dict[str, np.ndarray] | None = None
     self._fit: dict[str, Any] | None = None
 
@@ -316,6 +318,7 @@ class CalibrationReport:
     if config.eval.context_eval:
       results["context"] = _context_metrics(config, split, self.predict, variables, self.mesh,
                                             meta)
+    results.update(self.maps.run(variables))
     self._samples, self._fit = samples, fit
     return _jsonable(results)
 
@@ -327,7 +330,7 @@ class CalibrationReport:
     files = _plots(out_dir, self._samples, self._fit["temperature"], self._fit["pnorm"],
                    self.config)
     files["predictions"] = _save_predictions(out_dir, self._samples)
-    return files
+    return {**files, **self.maps.write(out_dir)}
 
 
 def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
@@ -400,4 +403,4 @@ def format_table(results: dict[str, Any]) -> str:
     lines += ["", f"context-only images: accuracy {ctx['accuracy']:.4f}, mean confidence "
                   f"{ctx['average_confidence']:.4f} (uniform {ctx['uniform_confidence']:.4f}), "
                   f"mean entropy {ctx['mean_entropy']:.4f}"]
-  return "\n".join(lines)
+  return "\n".join(lines + map_report.format_lines(results))

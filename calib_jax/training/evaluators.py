@@ -39,6 +39,9 @@ def eval_problems(eval_config: ml_collections.ConfigDict) -> list[str]:
   ]
   checks += [(e[field] > 0, f"eval.{field} must be > 0, got {e[field]}")
              for field in ("fit_pixels_per_image", "score_pixels_per_image", "max_plot_samples")]
+  checks += [(isinstance(e[field], int) and e[field] >= 0,
+               f"eval.{field} must be an int >= 0 (0 = off), got {e[field]!r}")
+              for field in ("cam_images", "seg_map_images")]
   return [message for ok, message in checks if not ok]
 
 

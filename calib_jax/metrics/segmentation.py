@@ -24,7 +24,10 @@ def valid_mask(labels: ArrayLike, ignore_index: Optional[int] = 255) -> jax.Arra
 
 
 @functools.partial(jax.jit, static_argnames="num_classes")
-def _confusion(pred, labels, mask, num_classes):
+def confusion_counts(pred: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
+                     num_classes: int) -> jax.Array:
+  """`confusion_matrix` of flat, already-checked arrays (traceable: no value checks), for
+  accumulators that update inside jit; entries outside [0, C) or masked out are not counted."""
   in_range = (labels >= 0) & (labels < num_classes) & (pred >= 0) & (pred < num_classes)
   keep = in_range if mask is None else in_range & mask
   overflow = num_classes * num_classes
@@ -53,7 +56,7 @@ def confusion_matrix(pred: ArrayLike, labels: ArrayLike, num_classes: int,
                      mask: Optional[ArrayLike] = None) -> jax.Array:
   """int32 `[C, C]` counts, rows = true label, columns = prediction, over valid entries."""
   pred, labels, mask = _flatten_pred_labels(pred, labels, num_classes, mask)
-  return _confusion(pred, labels, mask, num_classes)
+  return confusion_counts(pred, labels, mask, num_classes)
 
 
 def iou_from_confusion(confusion: jax.Array):

@@ -256,7 +256,7 @@ def _update(state: StreamingMetrics, x, labels, mask, from_logits: bool) -> Stre
 
   confusion = state.confusion
   if confusion is not None:
-    confusion = confusion + segmentation._confusion(pred, labels, mask, num_classes)  # pylint: disable=protected-access
+    confusion = confusion + segmentation.confusion_counts(pred, labels, mask, num_classes)
 
   return state.replace(
       count=state.count + jnp.sum(valid, dtype=jnp.int32),
@@ -389,11 +389,8 @@ def _result(state: StreamingMetrics, risks, coverages) -> dict:
   out.update(_selective_from_histogram(h, risks, coverages))
   out["aece"], out["aece_error_bound"] = _aece_from_histogram(h)
   if h.confusion is not None:
-    tp = np.diag(h.confusion).astype(np.float64)
-    union = h.confusion.sum(0) + h.confusion.sum(1) - tp
-    per_class = _div(tp, union)
-    out["miou"] = _div(per_class.sum(), np.count_nonzero(union))
-    out["per_class_iou"] = per_class
+    miou, per_class = segmentation.iou_from_confusion(jnp.asarray(h.confusion))
+    out["miou"], out["per_class_iou"] = np.asarray(miou), np.asarray(per_class)
   return {key: (value if key in ("num_samples", "reliability_counts")
                 else np.asarray(value, np.float32))
           for key, value in out.items()}

@@ -116,7 +116,8 @@ def fit_posthoc(config: ml_collections.ConfigDict, predict, variables, mesh, met
   temperature = posthoc.fit_temperature(logits, labels)
   pnorm = posthoc.select_pnorm(logits, labels, ps=tuple(config.eval.pnorm_candidates),
                                center=config.eval.pnorm_center)
-  nll_before, nll_after = (_numpy_nll(logits / t, labels) for t in (1.0, temperature))
+  nll_before, nll_after = (float(metrics.nll(logits / t, labels, from_logits=True))
+                           for t in (1.0, temperature))
   fit = {"split": config.eval.fit_split, "num_samples": int(labels.shape[0]),
          "temperature": temperature, "pnorm": pnorm, "nll_before": nll_before,
          "nll_after": nll_after}
@@ -124,13 +125,6 @@ def fit_posthoc(config: ml_collections.ConfigDict, predict, variables, mesh, met
     fit["temperature_grid"] = posthoc.select_temperature_from_grid(
         logits, labels, tuple(config.eval.temperature_grid), num_bins=config.eval.num_bins)
   return fit
-
-
-def _numpy_nll(logits: np.ndarray, labels: np.ndarray) -> float:
-  logits = logits.astype(np.float64)
-  shifted = logits - logits.max(-1, keepdims=True)
-  logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-  return float(-np.mean(np.take_along_axis(logp, labels[:, None], 1)))
 
 
 def _scores(logits: jax.Array, pnorm, center: bool) -> dict[str, jax.Array]:

@@ -13,7 +13,7 @@ Unlike `nn.Module.perturb` or `sow`, this needs no change to the model and adds 
 collection (so checkpoints and `init` are untouched); unlike `capture_intermediates` alone it
 also gives the gradient. By default the layer is the last module (in call-completion order)
 whose output is an NHWC feature map [B, h, w, K], the map the global pooling reads in every conv
-classifier of the zoo (`SmallCNN` marks it with a parameter-free `features` module so that the
+classifier of the zoo (each marks it with a parameter-free `features` module so that the
 map is read after its ReLU). Models without one (MLPs) or whose last feature map is followed by
 token sequences (ViT's patch embedding) raise `NoFeatureMapError`.
 

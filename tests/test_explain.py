@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from calib_jax import explain, models
-from calib_jax.models import layers
+from calib_jax.models import densenet, layers
 from test_train_loop import quick_rng_compilation  # noqa: F401  (fast model init)
 
 
@@ -139,7 +139,7 @@ def test_models_without_a_feature_map_are_refused():
       explain.feature_layer(model, variables, x)
   resnet = models.get("cifar_resnet20", 10)
   variables = jax.eval_shape(resnet.init, jax.random.key(0), x)
-  assert explain.feature_layer(resnet, variables, x) == "stage3_block2"
+  assert explain.feature_layer(resnet, variables, x) == "features"  # its marker
 
 
 def test_box_masks_use_pixel_centres_and_ignore_padding():
@@ -174,3 +174,28 @@ def test_pointing_game_and_energy_in_box_known_answers():
   assert int(sums["pointing_game_count"]) == 2 and int(sums["pointing_game_sum"]) == 1
   assert float(sums["energy_in_box_sum"]) == pytest.approx(1.0 + 1 / 3)
   assert float(sums["box_area_sum"]) == pytest.approx(2 * 16 / 64)
+
+
+@pytest.mark.parametrize("name,kwargs,shape", [
+    ("resnet18", {"stem": "cifar"}, (1, 16, 16, 3)),
+    ("cifar_resnet20", {}, (1, 16, 16, 3)),
+    ("cifar_resnet56_v2", {}, (1, 16, 16, 3)),
+    ("vgg16", {}, (1, 32, 32, 3)),
+    ("densenet", {}, (1, 16, 16, 3)),
+])
+def test_every_conv_classifier_marks_the_map_after_its_last_relu(name, kwargs, shape):
+  """The zoo's CNNs expose 'features' (non-negative: after the ReLU), which Grad-CAM reads by
+  default, and the marker adds no variables."""
+  if name == "densenet":  # DenseNet-BC-100 takes ~50 s to trace; depth 10 has the same layout.
+    model = densenet.DenseNetBC(num_classes=5, depth=10, growth_rate=4)
+  else:
+    model = models.get(name, num_classes=5, **kwargs)
+  x = jnp.ones(shape)
+  variables = model.init(jax.random.PRNGKey(0), x, train=False)
+  _, state = model.apply(variables, x, train=False, capture_intermediates=True,
+                         mutable=["intermediates"])
+  features = state["intermediates"]["features"]["__call__"][0]
+  assert features.ndim == 4 and float(features.min()) >= 0.0
+  assert "features" not in variables["params"]
+  maps = explain.grad_cam(model, variables, x, jnp.zeros((1,), jnp.int32))
+  assert maps.shape == shape[:3]

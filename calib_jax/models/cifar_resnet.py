@@ -92,6 +92,7 @@ class CifarResNet(nn.Module):
         x = CifarBasicBlock(width, strides=strides, shortcut=self.shortcut, dtype=self.dtype,
                             axis_name=self.axis_name,
                             name=f"stage{stage + 1}_block{i}")(x, train)
+    x = layers.FeatureMap(name="features")(x)  # What Grad-CAM reads; no variables.
     x = layers.global_avg_pool(x)
     return layers.as_logits(nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x))
 
@@ -154,5 +155,6 @@ class CifarPreActResNet(nn.Module):
                              axis_name=self.axis_name,
                              name=f"stage{stage + 1}_block{i}")(x, train)
       width = out_features
-    x = layers.global_avg_pool(nn.relu(bn("final_bn")(x)))
+    x = layers.FeatureMap(name="features")(nn.relu(bn("final_bn")(x)))  # Read by Grad-CAM.
+    x = layers.global_avg_pool(x)
     return layers.as_logits(nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x))

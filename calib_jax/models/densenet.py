@@ -90,5 +90,6 @@ class DenseNetBC(nn.Module):
         x = Transition(int(x.shape[-1] * self.compression), self.dropout_rate, dtype=self.dtype,
                        axis_name=self.axis_name, name=f"transition{block + 1}")(x, train)
     x = nn.relu(layers.batch_norm(train, self.dtype, self.axis_name, name="final_bn")(x))
+    x = layers.FeatureMap(name="features")(x)  # What Grad-CAM reads; no variables.
     x = layers.global_avg_pool(x)
     return layers.as_logits(nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x))

@@ -170,6 +170,7 @@ class ResNet(nn.Module):
     block, stage_sizes = RESNET_CONFIGS[self.depth]
     features = ResNetBackbone(stage_sizes, block=block, stem=self.stem, dtype=self.dtype,
                               axis_name=self.axis_name, name="backbone")(x, train)
-    x = layers.global_avg_pool(features["stage4"])
+    # Marks the map Grad-CAM reads (`calib_jax.explain`); no variables.
+    x = layers.global_avg_pool(layers.FeatureMap(name="features")(features["stage4"]))
     x = nn.Dense(self.num_classes, dtype=self.dtype, name="head")(x)
     return layers.as_logits(x)

@@ -56,6 +56,7 @@ class VGG16(nn.Module):
         if self.conv_dropout and i < len(widths) - 1:
           x = nn.Dropout(0.3 if b == 0 else 0.4, deterministic=not train)(x)
       x = layers.max_pool(x, 2, 2)
+    x = layers.FeatureMap(name="features")(x)  # What Grad-CAM reads; no variables.
     x = layers.global_avg_pool(x)
     x = nn.Dense(self.classifier_width, dtype=self.dtype, name="fc")(x)
     x = nn.relu(bn("fc_bn")(x))

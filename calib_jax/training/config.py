@@ -36,6 +36,12 @@ class ConfigError(ValueError):
   """A config cannot be run; the message lists every problem."""
 
 
+def raise_if_problems(problems: list[str]) -> None:
+  """`ConfigError` listing `problems` (one per line), if there are any."""
+  if problems:
+    raise ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
+
+
 def base_config() -> ml_collections.ConfigDict:
   """All fields with their defaults (a small CNN on the offline generated dataset).
 

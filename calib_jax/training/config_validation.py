@@ -105,5 +105,4 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     if config.eval.context_eval and not meta.has_boxes:
       problems.append(f"eval.context_eval needs boxes to remove objects; dataset "
                       f"{config.data.name!r} has none")
-  if problems:
-    raise ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
+  config_lib.raise_if_problems(problems)

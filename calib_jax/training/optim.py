@@ -119,9 +119,7 @@ def schedule_problems(schedule: Any) -> list[str]:
 def schedule_from_config(schedule: Any, *, base_lr: float, total_steps: int,
                          steps_per_epoch: int) -> optax.Schedule:
   """`make_schedule` from a config's `schedule` sub-config; `ConfigError` if it is invalid."""
-  problems = schedule_problems(schedule)
-  if problems:
-    raise config_lib.ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
+  config_lib.raise_if_problems(schedule_problems(schedule))
   return make_schedule(
       name=schedule.name,
       base_lr=base_lr,
@@ -228,9 +226,7 @@ def optimizer_from_config(optimizer: Any,
                           schedule: optax.Schedule) -> optax.GradientTransformation:
   """`make_optimizer` from a config's `optimizer` sub-config with the learning rate `schedule`;
   `ConfigError` if the sub-config is invalid. (`sam_rho` is read by the train step.)"""
-  problems = optimizer_problems(optimizer)
-  if problems:
-    raise config_lib.ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
+  config_lib.raise_if_problems(optimizer_problems(optimizer))
   return make_optimizer(
       name=optimizer.name,
       learning_rate=schedule,

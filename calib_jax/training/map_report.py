@@ -27,6 +27,7 @@ import numpy as np
 from absl import logging
 
 from calib_jax import explain
+from calib_jax.metrics import calibration
 from calib_jax.training import evaluators
 
 CAMS_FILE, CONTEXT_CAMS_FILE, CAMS_ARRAYS = "cams.png", "cams_context.png", "cams.npz"
@@ -47,17 +48,18 @@ def display_images(images: np.ndarray, meta: Any) -> np.ndarray:
 def classwise_bins(logits: jax.Array, labels: jax.Array, mask: jax.Array,
                    num_bins: int) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Per class k and equal-width bin of p_k (softmax of `logits` [..., C]) over the pixels of
-  `mask`: pixel counts, sums of p_k and counts of label k; each [C, num_bins]."""
+  `mask`: pixel counts, sums of p_k and counts of label k; each [C, num_bins]. The sums and hits
+  are `metrics.calibration.classwise_bin_sums` (the bins of classwise ECE, `(lo, hi]`); the
+  counts, which the per-class reliability diagram needs besides, use the same bins."""
   num_classes = logits.shape[-1]
   probs = jax.nn.softmax(logits.astype(jnp.float32)).reshape(-1, num_classes)
-  weight = mask.reshape(-1, 1).astype(jnp.float32)
-  hits = jax.nn.one_hot(labels.reshape(-1), num_classes) * weight
-  bins = jnp.minimum((probs * num_bins).astype(jnp.int32), num_bins - 1)
-  index = (bins + num_bins * jnp.arange(num_classes)).reshape(-1)
-  total = num_classes * num_bins
-  sums = [jax.ops.segment_sum(v.reshape(-1), index, total).reshape(num_classes, num_bins)
-          for v in (jnp.broadcast_to(weight, probs.shape), probs * weight, hits)]
-  return tuple(sums)
+  flat_mask = mask.reshape(-1)
+  confidence_sum, hits = calibration.classwise_bin_sums(probs, labels.reshape(-1), flat_mask,
+                                                        num_bins)
+  index = calibration.bin_index(probs, num_bins) + num_bins * jnp.arange(num_classes)
+  weight = jnp.broadcast_to(flat_mask[:, None], probs.shape).astype(jnp.int32)
+  counts = jax.ops.segment_sum(weight.reshape(-1), index.reshape(-1), num_classes * num_bins)
+  return counts.reshape(num_classes, num_bins), confidence_sum, hits
 
 
 def _host(x: jax.Array) -> np.ndarray:

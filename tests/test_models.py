@@ -483,3 +483,38 @@ def test_register_adds_a_model_by_name_and_refuses_clashes():
   assert "test_two_layer" not in models.names()
   with pytest.raises(ValueError, match="needs a `num_classes` field"):
     models.register("test_bad", nn.Dense)
+
+
+def test_register_takes_a_partial_or_a_factory():
+  """A `functools.partial` fixes the fields it sets; a factory's keyword parameters are its
+  options; both build through `get` like the zoo's entries."""
+  models.register("test_mlp_wide", functools.partial(models.mlp.MLP, hidden=(7,)))
+
+  def factory(num_classes: int, *, scale: int = 1) -> nn.Module:
+    return models.mlp.MLP(num_classes=num_classes * scale)
+
+  models.register("test_factory", factory)
+  try:
+    assert "hidden" not in models.valid_kwargs("test_mlp_wide")
+    model = models.get("test_mlp_wide", 3, dropout_rate=0.0)
+    variables = model.init(KEY, jnp.zeros((2, 4)))
+    assert variables["params"]["head"]["kernel"].shape == (7, 3)
+    with pytest.raises(ValueError, match="hidden fixed by the name"):
+      models.get("test_mlp_wide", 3, hidden=(9,))
+    assert models.valid_kwargs("test_factory") == ("scale",)
+    assert models.get("test_factory", 2, scale=3).num_classes == 6
+    with pytest.raises(ValueError, match="needs a `num_classes`"):
+      models.register("test_bad_factory", lambda width: None)
+  finally:
+    models.unregister("test_mlp_wide")
+    models.unregister("test_factory")
+
+
+def test_entries_set_overridable_defaults_only_where_documented():
+  """A ViT's image_size and DeepLabv3+'s output_stride are defaults of their names; depth is not."""
+  assert models.get("vit_ti4", 10).image_size == 32
+  assert models.get("vit_ti4", 10, image_size=64).image_size == 64
+  assert models.get("deeplabv3plus_resnet50", 5).output_stride == 16
+  assert models.get("deeplabv3plus_resnet50", 5, output_stride=8).output_stride == 8
+  with pytest.raises(ValueError, match="depth fixed by the name"):
+    models.get("resnet18", 10, depth=50)

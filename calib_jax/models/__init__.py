@@ -14,6 +14,8 @@ DeepLab returns [B, H, W, num_classes] at input resolution.
 import dataclasses
 import inspect
 import operator
+import typing
+from functools import partial
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -39,73 +41,72 @@ from calib_jax.models.weights import save_variables
 __all__ = ["get", "names", "register", "unregister", "valid_kwargs", "param_count",
            "save_variables", "load_variables", "restore_pretrained", "import_torch"]
 
+# Constructor fields a user never passes: Flax's own, and num_classes (`get`'s argument).
 _NOT_CONFIGURABLE = ("parent", "name", "num_classes")
+# Fields a registry entry sets as a *default* the user may change: a ViT's input side (its
+# patch size suggests one) and DeepLabv3+'s feature stride (16, as the paper trains it). Every
+# other field an entry sets (depth, width, patch size, ...) is what its name means, so `get`
+# refuses to change it.
+_OVERRIDABLE_DEFAULTS = ("image_size", "output_stride")
 
 
 class ModelConfigError(ValueError, TypeError):
   """Unknown model keyword argument (a ValueError, and a TypeError like any bad keyword)."""
 
 
-def _module_builder(cls: type[nn.Module], **fixed: Any) -> Callable[..., nn.Module]:
-  """A builder for `cls` with `fixed` attributes; its other dataclass fields are the kwargs."""
-
-  def build(num_classes: int, **kw: Any) -> nn.Module:
-    return cls(num_classes=num_classes, **kw, **fixed)
-
-  build.valid_kwargs = tuple(f.name for f in dataclasses.fields(cls)
-                             if f.init and f.name not in _NOT_CONFIGURABLE and f.name not in fixed)
-  return build
-
-
-def _with_defaults(builder: Callable[..., nn.Module], **defaults: Any) -> Callable[..., nn.Module]:
-  """`builder` with other default kwargs (e.g. the ViT image_size that suits its patch size)."""
-
-  def build(num_classes: int, **kw: Any) -> nn.Module:
-    return builder(num_classes, **{**defaults, **kw})
-
-  build.valid_kwargs = builder.valid_kwargs
-  return build
-
-
-def _factory_builder(factory: Callable[..., nn.Module],
-                     module: type[nn.Module]) -> Callable[..., nn.Module]:
-  """A builder from a factory function whose extra kwargs are attributes of `module`."""
-  own = tuple(p.name for p in inspect.signature(factory).parameters.values()
-              if p.kind == p.KEYWORD_ONLY)
-
-  def build(num_classes: int, **kw: Any) -> nn.Module:
-    return factory(num_classes, **kw)
-
-  build.valid_kwargs = own + tuple(
-      f for f in _module_builder(module).valid_kwargs if f not in own)
-  return build
+# name -> constructor `ctor(num_classes=..., **kwargs) -> nn.Module`: a Flax module class, a
+# `functools.partial` of one (as Flax's `ResNet50 = partial(ResNet, ...)`), or a factory.
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {
+    **{f"resnet{d}": partial(resnet.ResNet, depth=d) for d in resnet.RESNET_CONFIGS},
+    **{f"cifar_resnet{d}": partial(cifar_resnet.CifarResNet, depth=d)
+       for d in (20, 32, 44, 56, 110)},
+    "cifar_resnet56_v2": partial(cifar_resnet.CifarPreActResNet, depth=56),
+    **{f"vit_{variant}{patch}": partial(vit.ViT, patch_size=patch, hidden_size=hidden,
+                                         depth=depth, num_heads=heads, mlp_dim=mlp_dim,
+                                         image_size=image_size)
+       for variant, (hidden, depth, heads, mlp_dim) in vit.VIT_VARIANTS.items()
+       for patch, image_size in ((16, 224), (4, 32))},
+    # ResNet-34: MbLS Table 5.
+    **{f"deeplabv3_resnet{d}": partial(deeplab.DeepLab, depth=d, plus=False)
+       for d in (34, 50, 101)},
+    **{f"deeplabv3plus_resnet{d}": partial(deeplab.DeepLab, depth=d, plus=True,
+                                           output_stride=16)
+       for d in (34, 50, 101)},
+    "mlp": mlp.MLP,
+    "densenet_bc100_12": partial(densenet.DenseNetBC, depth=100, growth_rate=12),
+    "vgg16": vgg.VGG16,
+    "gpool_cnn": text_cnn.gpool_cnn,
+    "small_cnn": small_cnn.SmallCNN,
+}
 
 
-def _registry() -> dict[str, Callable[..., nn.Module]]:
-  reg: dict[str, Callable[..., nn.Module]] = {}
-  for depth in resnet.RESNET_CONFIGS:
-    reg[f"resnet{depth}"] = _module_builder(resnet.ResNet, depth=depth)
-  for depth in (20, 32, 44, 56, 110):
-    reg[f"cifar_resnet{depth}"] = _module_builder(cifar_resnet.CifarResNet, depth=depth)
-  reg["cifar_resnet56_v2"] = _module_builder(cifar_resnet.CifarPreActResNet, depth=56)
-  for variant, (hidden, depth, heads, mlp_dim) in vit.VIT_VARIANTS.items():
-    for patch, image_size in ((16, 224), (4, 32)):
-      reg[f"vit_{variant}{patch}"] = _with_defaults(
-          _module_builder(vit.ViT, patch_size=patch, hidden_size=hidden, depth=depth,
-                          num_heads=heads, mlp_dim=mlp_dim), image_size=image_size)
-  for depth in (34, 50, 101):  # ResNet-34: MbLS Table 5
-    reg[f"deeplabv3_resnet{depth}"] = _module_builder(deeplab.DeepLab, depth=depth, plus=False)
-    reg[f"deeplabv3plus_resnet{depth}"] = _with_defaults(
-        _module_builder(deeplab.DeepLab, depth=depth, plus=True), output_stride=16)
-  reg["mlp"] = _module_builder(mlp.MLP)
-  reg["densenet_bc100_12"] = _module_builder(densenet.DenseNetBC, depth=100, growth_rate=12)
-  reg["vgg16"] = _module_builder(vgg.VGG16)
-  reg["gpool_cnn"] = _factory_builder(text_cnn.gpool_cnn, text_cnn.GPoolCNN)
-  reg["small_cnn"] = _module_builder(small_cnn.SmallCNN)
-  return reg
+def _fields(cls: type) -> tuple[str, ...]:
+  return tuple(f.name for f in dataclasses.fields(cls)
+               if f.init and f.name not in _NOT_CONFIGURABLE)
 
 
-_REGISTRY = _registry()
+def _accepted_kwargs(ctor: Callable[..., nn.Module]) -> tuple[str, ...]:
+  """The keyword arguments `ctor` takes from a user.
+
+  A module class: its dataclass fields. A partial: its function's, less the fields it fixes
+  (except `_OVERRIDABLE_DEFAULTS`). A factory: its keyword parameters, plus, when it forwards
+  `**kwargs` to the module class its return annotation names, that class's fields.
+  """
+  fixed: tuple[str, ...] = ()
+  if isinstance(ctor, partial):
+    fixed = tuple(k for k in ctor.keywords if k not in _OVERRIDABLE_DEFAULTS)
+    ctor = ctor.func
+  if dataclasses.is_dataclass(ctor):
+    accepted = _fields(ctor)
+  else:
+    params = inspect.signature(ctor).parameters.values()
+    accepted = tuple(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+                     and p.name not in _NOT_CONFIGURABLE)
+    returned = typing.get_type_hints(ctor).get("return")
+    if (any(p.kind == p.VAR_KEYWORD for p in params) and isinstance(returned, type)
+        and dataclasses.is_dataclass(returned)):
+      accepted += tuple(f for f in _fields(returned) if f not in accepted)
+  return tuple(k for k in accepted if k not in fixed)
 
 
 def names() -> list[str]:
@@ -113,25 +114,34 @@ def names() -> list[str]:
   return sorted(_REGISTRY)
 
 
-def register(name: str, module: type[nn.Module], *, overwrite: bool = False) -> None:
-  """Makes a Flax module class of your own buildable by name (`config.model = name`).
+def register(name: str, ctor: Callable[..., nn.Module], *, overwrite: bool = False) -> None:
+  """Makes a model of your own buildable by name (`config.model = name`).
 
-  `get(name, num_classes, **kw)` then builds `module(num_classes=num_classes, **kw)`; its
-  dataclass fields (other than `num_classes`) are the accepted `model_kwargs`. The module is
-  called as `module.apply(variables, x, train=...)` and returns logits, as the zoo's models do.
+  `get(name, num_classes, **kw)` then calls `ctor(num_classes=num_classes, **kw)`. `ctor` is a
+  Flax module class with a `num_classes` field, a `functools.partial` of one (the fields it sets
+  are fixed for this name), or a factory function taking `num_classes`; the accepted
+  `model_kwargs` are the remaining fields / keyword parameters (`valid_kwargs(name)`). The model
+  is called as `model.apply(variables, x, train=...)` and returns logits, as the zoo's do.
 
   Raises:
-    ValueError: `name` is taken (pass `overwrite=True` to replace it) or `module` has no
-      `num_classes` field.
+    ValueError: `name` is taken (pass `overwrite=True` to replace it) or `ctor` takes no
+      `num_classes`.
   """
   if name in _REGISTRY and not overwrite:
     raise ValueError(f"model name {name!r} is already registered; pass overwrite=True to "
                      "replace it")
-  if not (dataclasses.is_dataclass(module)
-          and "num_classes" in {f.name for f in dataclasses.fields(module)}):
-    raise ValueError(f"{getattr(module, '__name__', module)!r} needs a `num_classes` field to "
-                     "be registered as a model")
-  _REGISTRY[name] = _module_builder(module)
+  target = ctor.func if isinstance(ctor, partial) else ctor
+  if dataclasses.is_dataclass(target):
+    takes_num_classes = "num_classes" in {f.name for f in dataclasses.fields(target)}
+  else:
+    try:
+      takes_num_classes = "num_classes" in inspect.signature(target).parameters
+    except (TypeError, ValueError):  # not introspectable: not a constructor we can check
+      takes_num_classes = False
+  if not takes_num_classes:
+    raise ValueError(f"{getattr(target, '__name__', target)!r} needs a `num_classes` field "
+                     "(or parameter) to be registered as a model")
+  _REGISTRY[name] = ctor
 
 
 def unregister(name: str) -> None:
@@ -147,7 +157,7 @@ def _lookup(name: str) -> Callable[..., nn.Module]:
 
 def valid_kwargs(name: str) -> tuple[str, ...]:
   """Keyword arguments `get(name, ...)` accepts."""
-  return tuple(sorted(_lookup(name).valid_kwargs))
+  return tuple(sorted(_accepted_kwargs(_lookup(name))))
 
 
 def _normalise(key: str, value: Any) -> Any:
@@ -181,12 +191,15 @@ def get(name: str, num_classes: int, **kw: Any) -> nn.Module:
     ValueError: unknown name (listing `names()`), unknown keyword (listing the valid ones) or
       invalid values.
   """
-  builder = _lookup(name)
+  ctor = _lookup(name)
   if not _is_positive_int(num_classes):
     raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
   num_classes = operator.index(num_classes)
-  unknown = sorted(set(kw) - set(builder.valid_kwargs))
+  valid = valid_kwargs(name)
+  unknown = sorted(set(kw) - set(valid))
   if unknown:
-    raise ModelConfigError(f"unknown argument(s) {unknown} for model {name!r}; valid: "
-                           f"{', '.join(sorted(builder.valid_kwargs))}")
-  return builder(num_classes, **{k: _normalise(k, v) for k, v in kw.items()})
+    fixed = [k for k in unknown if isinstance(ctor, partial) and k in ctor.keywords]
+    why = f" ({', '.join(fixed)} fixed by the name)" if fixed else ""
+    raise ModelConfigError(f"unknown argument(s) {unknown} for model {name!r}{why}; valid: "
+                           f"{', '.join(valid)}")
+  return ctor(num_classes=num_classes, **{k: _normalise(k, v) for k, v in kw.items()})

@@ -45,7 +45,8 @@ def _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins: int, title: str
   return ece
 
 
-def _save(fig, path: str) -> str:
+def save_png(fig, path: str) -> str:
+  """Writes `fig` to `path` as a 100-dpi PNG (creating its folder), closes it, returns `path`."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fig.savefig(path, dpi=100, format="png")
@@ -70,7 +71,7 @@ def reliability_diagram(probs, labels, path: str, num_bins: int = 15,
       2, 1, figsize=(5, 6), gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
   _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins, title or "", mask)
   fig.tight_layout()
-  return _save(fig, path)
+  return save_png(fig, path)
 
 
 def reliability_diagrams(models: Mapping[str, Tuple[object, object]], path: str,
@@ -86,7 +87,7 @@ def reliability_diagrams(models: Mapping[str, Tuple[object, object]], path: str,
   if title:
     fig.suptitle(title)
   fig.tight_layout()
-  return _save(fig, path)
+  return save_png(fig, path)
 
 
 def risk_coverage_plot(curves: Mapping[str, Tuple[object, object]], path: str,
@@ -122,4 +123,4 @@ def risk_coverage_plot(curves: Mapping[str, Tuple[object, object]], path: str,
   ax.legend(fontsize="small")
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  return _save(fig, path)
+  return save_png(fig, path)

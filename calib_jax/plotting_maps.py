@@ -100,7 +100,7 @@ def cam_grid(images: np.ndarray, grad_cam: np.ndarray, grad_cam_pp: np.ndarray,
   if title:
     fig.suptitle(title, fontsize=9)
   fig.tight_layout(pad=0.4, w_pad=0.2, h_pad=0.6)
-  return plotting._save(fig, path)
+  return plotting.save_png(fig, path)
 
 
 def _label_colors(num_classes: int) -> np.ndarray:
@@ -157,7 +157,7 @@ def segmentation_maps(images: np.ndarray, truth: np.ndarray, prediction: np.ndar
   fig.colorbar(shown, cax=fig.add_subplot(grid[:, 4]), label="max softmax")
   if title:
     fig.suptitle(title, fontsize=9)
-  return plotting._save(fig, path)
+  return plotting.save_png(fig, path)
 
 
 def class_reliability(counts: np.ndarray, confidence_sum: np.ndarray, hits_sum: np.ndarray,
@@ -195,7 +195,7 @@ def class_reliability(counts: np.ndarray, confidence_sum: np.ndarray, hits_sum: 
   fig.supylabel("frequency of class k", fontsize=8)
   if title:
     fig.suptitle(title, fontsize=9)
-  return plotting._save(fig, path)
+  return plotting.save_png(fig, path)
 
 
 def classwise_ece(counts: np.ndarray, confidence_sum: np.ndarray,

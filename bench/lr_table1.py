@@ -3,9 +3,9 @@
     .venv/bin/python bench/lr_table1.py [--workdir=workdirs/lr_table1] \
         [--out_dir=docs/results] [--seeds=0,1,2] [--max_minutes=M] [--report_only]
 
-Runs the configs of `configs/lr_table1.py` in order: the tuning grids on a hold-out (seed 0),
-then for each tuned loss the value best for accuracy and the value best for ECE, retrained on
-the whole training set and tested, on every seed; CE, CE + T (grid) and ACLS (with and without
+Runs the configs of `configs/lr_table1.py` in the order of `plan`: the tuning grids on a
+hold-out (seed 0), then for each tuned loss the value best for accuracy and the value best for
+ECE, retrained on the whole training set and tested, on every seed; CE, CE + T (grid) and ACLS (with and without
 the official clip) need no tuning. One run's summary is written to
 `<out_dir>/lr_table1/<variant>/seed<k>.json` when it finishes; a run with a summary is never
 redone (the summaries are committed, so the study continues across machines), and a run that
@@ -144,16 +144,20 @@ def final_rows(out_dir: str) -> list[tuple[str, str, str | None]]:
 
 
 def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
-  """Runs still to do, in order: tuning of LR and LS, CE, the other tunings, then finals."""
+  """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
+  known so far (so each row has a first number early); the other tunings; then every final on
+  every seed. The order only decides when a number arrives: selection reads tuning summaries
+  alone, so running a final before another loss's tuning cannot change what is chosen."""
   study = _study()
-  order = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in study.GRIDS[loss][1]]
-  order += ["final,ce"]
-  order += [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls")
+  first = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in study.GRIDS[loss][1]]
+  others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls")
             for v in study.GRIDS[loss][1]]
-  todo = [(variant, 0) for variant in order if variant.startswith("tune")]
-  todo += [(variant, seed) for variant in order if variant.startswith("final")
-           for seed in seeds]
-  todo += [(variant, seed) for _, variant, _ in final_rows(out_dir) for seed in seeds]
+  finals = [variant for _, variant, _ in final_rows(out_dir)]
+  todo = [(variant, 0) for variant in first]
+  if all(load_summary(out_dir, variant, 0) is not None for variant in first):
+    todo += [(variant, seeds[0]) for variant in finals]
+  todo += [(variant, 0) for variant in others]
+  todo += [(variant, seed) for variant in finals for seed in seeds]
   seen, result = set(), []
   for item in todo:
     if item not in seen and load_summary(out_dir, *item) is None:

@@ -38,6 +38,13 @@ def test_selection_plan_and_report(study, tmp_path):
   assert ("tune,lr,0.1", 0) not in plan and ("tune,ls,0.01", 0) in plan
   assert plan.index(("tune,ls,0.4", 0)) < plan.index(("final,ce", 0))  # LR and LS tuning first
   assert ("final,lr,0.3", 2) in plan
+  # Once LR and LS are tuned, each known final's seed 0 comes before the other grids.
+  for value in study._study().GRIDS["ls"][1]:
+    _write(tmp_path, study, f"tune,ls,{value:g}", 0, accuracy=0.9, ece=0.02 + value)
+  plan = study.plan(str(tmp_path), [0, 1, 2])
+  assert plan[:2] == [("final,ce", 0), ("final_ts,ce", 0)]
+  assert plan.index(("final,lr,0.3", 0)) < plan.index(("tune,focal,0.1", 0))
+  assert plan.index(("tune,mbls,10", 0)) < plan.index(("final,lr,0.3", 1))
   for seed, (acc, ece) in enumerate([(0.91, 0.015), (0.912, 0.017), (0.914, 0.016)]):
     _write(tmp_path, study, "final,lr,0.3", seed, accuracy=acc, ece=ece)
   text = study.write_report(str(tmp_path), str(tmp_path), [0, 1, 2])

@@ -1,4 +1,4 @@
-"""The loss-comparison study behind the README's "Results" tables (`bench/compare_losses.py`): one config per
+"""The loss-comparison study behind docs/results.md (`bench/compare_losses.py`): one config per
 (dataset, loss) cell, sized to train on two CPU cores in about a minute each. It reproduces no
 paper Table: it tests the papers' claims on data available offline.
 

@@ -25,7 +25,7 @@ def maybe_initialize_distributed(multihost: bool) -> None:
   is set, unless the program already called `jax.distributed.initialize`. On Cloud TPU and SLURM
   `jax.distributed.initialize()` discovers the coordinator, process count and id itself;
   elsewhere set `JAX_COORDINATOR_ADDRESS=host:port` (process 0's machine),
-  `CALIB_JAX_NUM_PROCESSES` and `CALIB_JAX_PROCESS_ID` (see the README, "Multi-host training").
+  `CALIB_JAX_NUM_PROCESSES` and `CALIB_JAX_PROCESS_ID` (see docs/training.md, "Multi-host training").
   """
   if not (multihost or os.environ.get("CALIB_JAX_MULTIHOST") == "1"):
     return

@@ -3,10 +3,8 @@
 Recipe (MbLS App. B): 20 topics, 15,098/900/3,999 documents; GPool-CNN over GloVe word
 embeddings; Adam (beta 0.9, 0.999), learning rate 1e-3 for 50 epochs then 1e-4 for the last 50
 (100 epochs). The batch size is not given in the paper; 128 here. Margin m = 6. GloVe vectors
-are a file the config names: set `config.model_kwargs.embedding = "/path.npy"` (a local table
-[vocab_size, 100], row 0 = padding; from Python or a config file that starts from this one; the
-command line cannot add a key this file leaves out of `model_kwargs`) to start from them;
-otherwise embeddings are learned.
+are a file the config names: `--config.model_kwargs.embedding=/path.npy` (a local table
+[vocab_size, 100], row 0 = padding) starts from them; otherwise embeddings are learned.
 No gradient clipping: MbLS's text trainer (`calibrate/engine/nlp_trainer.py`) does not clip.
 
     python train.py --config=configs/newsgroups20_gpool_cnn.py:mbls --workdir=workdirs/20ng_mbls

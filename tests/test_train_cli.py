@@ -169,3 +169,17 @@ def test_bad_config_exits_with_the_reason(tmp_path, parse):
 def test_unknown_variant_is_rejected_when_the_config_loads(parse):
   with pytest.raises(flags.IllegalFlagValueError, match="no_such_loss"):
     parse(f"--config={ROOT}/configs/default.py:no_such_loss")
+
+
+def test_command_line_adds_keys_to_free_form_dicts_only(parse):
+  """`--config.data.options.download=False` adds a key the file leaves out (read as a Python
+  literal); a new name outside the free-form dicts is still refused."""
+  from calib_jax.training import cli
+  parse(f"--config={ROOT}/configs/default.py", "--config.data.options.download=False",
+        "--config.model_kwargs.hidden=(64,)", "--config.data.splits.val=train[:10]")
+  config = cli.CONFIG.value
+  assert config.data.options.download is False
+  assert tuple(config.model_kwargs.hidden) == (64,)
+  assert config.data.splits.val == "train[:10]"
+  with pytest.raises((AttributeError, KeyError, flags.Error)):
+    parse(f"--config={ROOT}/configs/default.py", "--config.optimizer.lrate=0.1")

@@ -42,7 +42,11 @@ try:
       "config", DEFAULT_CONFIG,
       "Config file (`file.py` or `file.py:variant`); override fields with "
       "--config.field=value (e.g. --config.optimizer.learning_rate=0.01).",
-      lock_config=True)
+      # The config files lock themselves (`config.base_config`) except the free-form dicts;
+      # accepting new attributes lets `--config.data.options.download=False` add a key to one
+      # of those (parsed as a Python literal), while a new name anywhere else still fails on
+      # the locked config and gets the one-line "did you mean" below.
+      lock_config=False, accept_new_attributes=True)
 except (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError) as _error:
   sys.exit(f"{os.path.basename(sys.argv[0])}: {_config_error_line(sys.argv, _error)}")
 WORKDIR = flags.DEFINE_string("workdir", None,

@@ -93,6 +93,15 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     _check_registry(problems, "model", config.model, models.names(),
                     lambda: builders.build_model(config, meta))
   if meta is not None:
+    for field in ("options", "train_options"):  # options is every split's, train_options adds
+      options = config.data.options.to_dict()
+      if field == "train_options":
+        options.update(config.data.train_options.to_dict())
+      try:
+        data.PipelineOptions.create(meta, options)
+      except (ValueError, TypeError) as e:
+        problems.append(f"data.{field}: {e}")
+        break
     if config.loss == "als" and not config.data.train_options.get("objectness", False):
       problems.append("loss 'als' needs per-example objectness: set "
                       "data.train_options.objectness=True (a dataset with boxes)")

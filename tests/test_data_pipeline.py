@@ -50,7 +50,7 @@ def test_registry_has_required_names_and_consistent_meta():
     assert meta.task in ("classification", "segmentation", "text")
     assert (meta.ignore_label == 255) == (meta.task == "segmentation")
     if meta.task != "text":
-      assert len(meta.mean) == len(meta.std) == meta.image_shape[-1]
+      assert len(meta.mean) == len(meta.std) == meta.input_shape[-1]
     with pytest.raises(dataclasses.FrozenInstanceError):
       meta.num_classes = 3
   assert data.info("clutter_objects").has_boxes and not data.info("cifar10").has_boxes

@@ -9,6 +9,11 @@ skips ``k % B_e`` batches of *undecoded* records (``B_e`` batches per epoch).
 
 Evaluation is one pass in file order; every host yields the same number of batches (the last
 ones padded with ``mask=False`` examples) so that metrics summed over hosts are exact.
+
+This module reads, shards, shuffles and batches, and returns `Batches`: the iterator of host
+batches with the split's example count (`num_examples` gives that count alone). What happens to
+one example is elsewhere: `processors` (one processor per task), `crops` (one function per crop),
+`options` (`PipelineOptions`), `registry` (each dataset's meta, source and recipe).
 """
 from __future__ import annotations
 
@@ -75,6 +80,15 @@ def _num_examples(ds: tf.data.Dataset) -> int:
   if n < 0:  # Unknown or infinite: count the (undecoded) records once.
     n = int(ds.reduce(np.int64(0), lambda count, _: count + 1))
   return n
+
+
+def _read(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: PipelineOptions):
+  """``(undecoded examples after max_examples, their builder, their count)``: what
+  `make_dataset` and `num_examples` read, one way."""
+  examples, builder = _load(spec, _resolve_split(spec.meta, split), data_dir, opts)
+  if opts.max_examples is not None:
+    examples = examples.take(opts.max_examples)
+  return examples, builder, _num_examples(examples)
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,15 +231,6 @@ class Batches:
   def __repr__(self) -> str:
     return (f"Batches(num_examples={self.num_examples}, num_batches={self.num_batches}, "
             f"batches_per_epoch={self.batches_per_epoch})")
-
-
-def _read(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: PipelineOptions):
-  """``(undecoded examples after max_examples, their builder, their count)``: what
-  `make_dataset` and `num_examples` read, one way."""
-  examples, builder = _load(spec, _resolve_split(spec.meta, split), data_dir, opts)
-  if opts.max_examples is not None:
-    examples = examples.take(opts.max_examples)
-  return examples, builder, _num_examples(examples)
 
 
 def num_examples(name: str, split: str, *, data_dir: str | None = None, **options) -> int:

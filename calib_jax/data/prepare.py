@@ -63,9 +63,10 @@ def prepared_tfds_name(name: str, data_dir: str | None, tfds_name: str | None = 
   return candidates[0]
 
 
-def prepared_builder(spec: registry.DatasetSpec, data_dir: str | None, *, tfds_name: str | None = None,
-                     download: bool = True, download_retries: int = 3,
-                     manual_dir: str | None = None) -> tfds.core.DatasetBuilder:
+def prepared_builder(spec: registry.DatasetSpec, data_dir: str | None, *,
+                     tfds_name: str | None = None, download: bool = True,
+                     download_retries: int = 3, manual_dir: str | None = None
+                     ) -> tfds.core.DatasetBuilder:
   """The prepared tfds builder of `spec`'s dataset, preparing (downloading) it if needed.
 
   Args:

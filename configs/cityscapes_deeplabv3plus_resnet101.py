@@ -3,7 +3,7 @@
 Recipe (LS-vs-SC App. B): 19 classes (255 = ignore); ImageNet-pretrained ResNet-101 backbone;
 SGD, momentum 0.9, weight decay 1e-4, base learning rate 0.01 (a tenth of it for the backbone)
 with the "poly" policy, power 0.9; batch 12, 40,000 steps; random crops (768x768 in the paper;
-the dataset's training crop here, `calib_jax.data.info('cityscapes').image_shape`), flip and
+the dataset's training crop here, `calib_jax.data.info('cityscapes').input_shape`), flip and
 colour jitter; evaluation at full resolution. Val and test are the official validation set.
 
     python train.py --config=configs/cityscapes_deeplabv3plus_resnet101.py:ls0.1 \

@@ -4,7 +4,7 @@ Recipe (MbLS App. B): 200 bird species; random crop of the resized image and hor
 ImageNet-pretrained ResNet-101, all layers trained; SGD, momentum 0.9, weight decay 5e-4,
 batch 16, 200 epochs, learning rate 0.1 multiplied by 0.1 every 80 epochs. Margin m = 10 (the
 value found on Tiny-ImageNet; MbLS uses no CUB validation set). The crop size is the dataset's
-default (`calib_jax.data.info('cub200').image_shape`).
+default (`calib_jax.data.info('cub200').input_shape`).
 Gradient-norm clipping at 2, as the official trainer (MbLS `calibrate/engine/trainer.py`,
 `clip_grad_norm: True` in `configs/defaults.yaml`) does for every loss of its tables.
 

@@ -63,12 +63,12 @@ def test_model_accepts_dataset_input_and_outputs_its_classes(name):
   meta = builders.dataset_meta(config)
   model = builders.build_model(config, meta)
   dtype = jnp.int32 if meta.task == "text" else jnp.float32
-  x = jax.ShapeDtypeStruct((2, *meta.image_shape), dtype)
+  x = jax.ShapeDtypeStruct((2, *meta.input_shape), dtype)
   variables = jax.eval_shape(lambda v: model.init({"params": jax.random.key(0)}, v, train=False),
                              x)
   logits = jax.eval_shape(lambda v, xx: model.apply(v, xx, train=False), variables, x)
   expected = (2, meta.num_classes) if meta.task != "segmentation" else (
-      2, *meta.image_shape[:2], meta.num_classes)
+      2, *meta.input_shape[:2], meta.num_classes)
   assert logits.shape == expected and logits.dtype == jnp.float32
 
 

@@ -256,6 +256,8 @@ def test_newsgroups_builder_and_text_pipeline(tmp_path):
   assert (tokens[:n, :7] > 0).all() and (tokens[:n, 7:] == 0).all() and tokens.max() < 50
   # Same words -> same ids: 'message' and 'number' are shared by every post.
   assert len(set(tokens[:n, 2])) == 1 and len(set(tokens[:n, 3])) == 1
+  assert data.num_examples("newsgroups20", "train", data_dir=data_dir) == n
+  assert data.info("newsgroups20").max_length == 1000  # the max_length default, not an image
 
 
 def _voc_fixture(root):

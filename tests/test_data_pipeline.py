@@ -1,5 +1,6 @@
-"""make_dataset: determinism, exact resume, per-host sharding, eval padding, label checks, and
-every registered catalogue pipeline on tfds mock data."""
+"""make_dataset: determinism, exact resume, per-host sharding, eval padding, label checks, the
+stream's example count, the crop and processor tables, and every registered catalogue pipeline
+on tfds mock data."""
 import dataclasses
 import itertools
 
@@ -9,7 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from calib_jax import data
-from calib_jax.data import pipeline, registry
+from calib_jax.data import crops, pipeline, processors, registry
 
 REQUIRED = ["cifar10", "cifar100", "mnist", "fashion_mnist", "tiny_imagenet", "imagenet2012",
             "cub200", "voc2012_seg", "cityscapes", "newsgroups20", "digits", "clutter_objects",
@@ -50,7 +51,7 @@ def test_registry_has_required_names_and_consistent_meta():
     assert meta.task in ("classification", "segmentation", "text")
     assert (meta.ignore_label == 255) == (meta.task == "segmentation")
     if meta.task != "text":
-      assert len(meta.mean) == len(meta.std) == meta.image_shape[-1]
+      assert len(meta.mean) == len(meta.std) == meta.input_shape[-1]
     with pytest.raises(dataclasses.FrozenInstanceError):
       meta.num_classes = 3
   assert data.info("clutter_objects").has_boxes and not data.info("cifar10").has_boxes
@@ -80,6 +81,54 @@ def test_bad_arguments_raise_clear_errors(kwargs, match):
   name = kwargs.pop("name")
   with pytest.raises(ValueError, match=match):
     data.make_dataset(name, "train", train=True, **kwargs)
+
+
+def test_crop_names_live_in_crops_table_only():
+  """Every recipe names crops of `crops.CROPS`; an unknown crop lists them; segmentation and
+  text recipes need no crop; a segmentation eval shape and label map are recipe/source fields."""
+  for name in data.names():
+    spec = registry.spec(name)
+    assert spec.recipe.train_crop in crops.CROPS and spec.recipe.eval_crop in crops.CROPS
+    assert spec.meta is data.info(name)
+  assert data.CROPS is crops.CROPS
+  assert set(crops.CROPS) == {"pad", "inception", "resize_crop", "none", "center"}
+  with pytest.raises(ValueError, match=r"crop must be one of \('pad', 'inception', "
+                     r"'resize_crop', 'none', 'center'\)"):
+    data.make_dataset("digits", "train", batch_size=2, train=True, crop="random")
+  city = registry.spec("cityscapes")
+  assert city.recipe.eval_shape == (1024, 2048)
+  assert city.source.label_map == registry.CITYSCAPES_LABEL_TO_TRAIN_ID
+  assert registry.spec("voc2012_seg").recipe.eval_shape is None  # the input size
+  assert not hasattr(registry, "_SEG_EVAL_SHAPE")
+
+
+def test_meta_input_shape_is_honest_for_text():
+  news = data.info("newsgroups20")
+  assert news.max_length == 1000 and news.input_shape == (1000,)
+  assert news.image_shape == news.input_shape  # the older name, an alias
+  for name in data.names():
+    meta = data.info(name)
+    if meta.task != "text":
+      assert meta.max_length is None and len(meta.input_shape) == 3
+      assert meta.image_shape == meta.input_shape
+
+
+def test_one_processor_per_task_with_only_its_attributes():
+  assert set(processors.PROCESSORS) == {"classification", "segmentation", "text"}
+  opts = {name: pipeline.PipelineOptions.create(data.info(name), {})
+          for name in ("clutter_objects", "clutter_objects_seg", "newsgroups20")}
+  classify = processors.make_processor(registry.spec("clutter_objects"),
+                                       opts["clutter_objects"], train=True)
+  segment = processors.make_processor(registry.spec("clutter_objects_seg"),
+                                      opts["clutter_objects_seg"], train=False)
+  text = processors.make_processor(registry.spec("newsgroups20"), opts["newsgroups20"],
+                                   train=True)
+  assert isinstance(classify, processors.ClassificationProcessor)
+  assert classify.crop is crops.inception and classify.scale == (0.25, 1.0)
+  assert isinstance(segment, processors.SegmentationProcessor) and segment.eval_shape == (32, 32)
+  assert isinstance(text, processors.TextProcessor) and (text.length, text.vocab) == (1000, 20000)
+  assert not hasattr(text, "size") and not hasattr(text, "crop") and not hasattr(text, "mean")
+  assert not hasattr(segment, "crop") and not hasattr(classify, "seg_scale")
 
 
 def test_missing_catalogue_data_fails_fast_with_instructions(tmp_path):
@@ -157,6 +206,27 @@ def test_hosts_get_disjoint_shards_and_equal_eval_batch_counts(data_dir):
   assert not set(_keys(train[0])) & set(_keys(train[1]))
 
 
+def test_streams_report_their_example_count(data_dir):
+  """`make_dataset` returns a `Batches` iterator that knows the split's size (after
+  max_examples, before host sharding); `data.num_examples` gives the same count."""
+  train = _digits(data_dir, batch_size=16)
+  assert isinstance(train, data.Batches) and iter(train) is train
+  assert (train.num_examples, train.num_batches, train.batches_per_epoch) == (1297, None, 81)
+  assert next(train)["image"].shape == (16, 8, 8, 1)
+  assert data.num_examples("digits", "train", data_dir=data_dir) == 1297
+  host = _digits(data_dir, train=False, batch_size=8, max_examples=37, process_index=1,
+                 process_count=2)
+  assert (host.num_examples, host.num_batches, host.batches_per_epoch) == (37, 3, 3)
+  assert len(list(host)) == 3
+  sharded = _digits(data_dir, batch_size=8, max_examples=37, process_index=0, process_count=2)
+  assert (sharded.num_examples, sharded.batches_per_epoch) == (37, 2)  # 18 per host
+  assert data.num_examples("digits", "val", data_dir=data_dir) == 200
+  assert data.num_examples("digits", "train[:10]", data_dir=data_dir, objectness=False) == 10
+  assert data.num_examples("digits", "test", data_dir=data_dir, max_examples=5000) == 300
+  with pytest.raises(ValueError, match="valid options"):
+    data.num_examples("digits", "train", data_dir=data_dir, colour=True)
+
+
 def test_eval_pass_is_deterministic_and_unaugmented(data_dir):
   a = list(_digits(data_dir, "val", train=False, batch_size=64))
   b = list(_digits(data_dir, "val", train=False, batch_size=64))
@@ -172,7 +242,7 @@ def test_eval_pass_is_deterministic_and_unaugmented(data_dir):
 def _clutter_processor(**options):
   spec = registry.spec("clutter_objects")
   opts = pipeline.PipelineOptions.create(spec.meta, {"crop": "none", **options})
-  return pipeline._Processor(spec, opts, train=True)
+  return processors.make_processor(spec, opts, train=True)
 
 
 _BOXES = np.array([[0.0, 0.0, 0.25, 0.5], [0.5, 0.5, 1.0, 1.0]], np.float32)
@@ -187,7 +257,7 @@ def _example():
 def _process_one(processor, ex, seed):
   """Runs the per-example processor and the batch-level step on a batch of one."""
   out = processor(ex, tf.constant(seed, tf.int64))
-  out = pipeline._finish_batch({k: v[None] for k, v in out.items()})
+  out = processors.finish_batch({k: v[None] for k, v in out.items()})
   return {k: v.numpy()[0] for k, v in out.items()}
 
 

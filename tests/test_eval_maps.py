@@ -29,7 +29,7 @@ def _evaluate_fresh_weights(config, tmp_path):
   """`evaluate_run` of freshly initialised weights given as a weight file (no training)."""
   meta = builders.dataset_meta(config)
   model = builders.build_model(config, meta)
-  variables = model.init(jax.random.key(0), jnp.zeros((1,) + tuple(meta.image_shape)))
+  variables = model.init(jax.random.key(0), jnp.zeros((1,) + tuple(meta.input_shape)))
   weights = models.save_variables(str(tmp_path / "weights.msgpack"), variables)
   return evaluate.evaluate_run(config, str(tmp_path / "run"), weights=weights)
 

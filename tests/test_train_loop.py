@@ -173,3 +173,21 @@ def test_epoch_length_matches_training_stream():
   config = tiny_config(num_train_steps=-1, num_epochs=2.5, **{"data.batch_size": 64})
   steps_per_epoch, total = builders.resolve_length(config, 1297)
   assert (steps_per_epoch, total) == (1297 // 64, round(2.5 * (1297 // 64)))
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"data.splits.train": "train[:100]"},
+    {"data.options.max_examples": 300, "crl_weight": 0.5},
+])
+def test_training_set_size_is_the_training_streams_count(overrides):
+  """The size epochs, schedules and CRL's history are sized from is the `num_examples` the
+  training stream itself reports (one count, in the data pipeline)."""
+  config = tiny_config(**overrides)
+  size = builders.num_train_examples(config)
+  stream = loop.open_train_stream(config, 0)
+  assert size == stream.num_examples
+  expected = {"train[:100]": 100}.get(config.data.splits.get("train"), 1297)
+  assert size == min(expected, config.data.options.get("max_examples", expected))
+  steps_per_epoch, _ = builders.resolve_length(config, size)
+  assert steps_per_epoch == stream.batches_per_epoch  # one process: its batch is the global one

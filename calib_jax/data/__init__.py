@@ -6,14 +6,22 @@ data.names()                    # registry keys
 meta = data.info("clutter_objects")
 batches = data.make_dataset("clutter_objects", "train", batch_size=128, train=True, seed=0,
                             objectness=True, context_rate=0.15)
+batches.num_examples            # examples in the split (after max_examples), before sharding
 batch = next(batches)           # {'image', 'label', 'mask', 'objectness'} numpy arrays
+data.num_examples("clutter_objects", "train")   # the same count without opening a stream
 data.objectness(boxes, crop)    # exact SPEC §4 objectness, eager on numpy
 ```
+
+Modules: `registry` (what each dataset is: `DatasetSpec` = `DatasetMeta` + `Source` +
+`Recipe`), `options` (`PipelineOptions`), `crops` (one function per crop, named in `CROPS`),
+`processors` (one per task), `pipeline` (streams, batching, `make_dataset`), `boxes` (box
+geometry, objectness), `checks` (bad-data errors), `prepare` (finding / preparing tfds data).
 """
 from calib_jax.data.boxes import objectness
 from calib_jax.data.checks import DataError
-from calib_jax.data.pipeline import PipelineOptions, make_dataset
+from calib_jax.data.crops import CROPS
+from calib_jax.data.pipeline import Batches, PipelineOptions, make_dataset, num_examples
 from calib_jax.data.registry import DatasetMeta, info, names
 
-__all__ = ["DataError", "DatasetMeta", "PipelineOptions", "info", "make_dataset", "names",
-           "objectness"]
+__all__ = ["Batches", "CROPS", "DataError", "DatasetMeta", "PipelineOptions", "info",
+           "make_dataset", "names", "num_examples", "objectness"]

@@ -46,7 +46,7 @@ class _StdoutToLog(io.TextIOBase):
     return len(text)
 
 
-def _candidates(spec: registry._Spec, tfds_name: str | None) -> list[str]:
+def _candidates(spec: registry.DatasetSpec, tfds_name: str | None) -> list[str]:
   """tfds names that hold `spec`'s data, in order of preference (an explicit name: only it)."""
   if tfds_name:
     return [tfds_name]
@@ -63,9 +63,10 @@ def prepared_tfds_name(name: str, data_dir: str | None, tfds_name: str | None = 
   return candidates[0]
 
 
-def prepared_builder(spec: registry._Spec, data_dir: str | None, *, tfds_name: str | None = None,
-                     download: bool = True, download_retries: int = 3,
-                     manual_dir: str | None = None) -> tfds.core.DatasetBuilder:
+def prepared_builder(spec: registry.DatasetSpec, data_dir: str | None, *,
+                     tfds_name: str | None = None, download: bool = True,
+                     download_retries: int = 3, manual_dir: str | None = None
+                     ) -> tfds.core.DatasetBuilder:
   """The prepared tfds builder of `spec`'s dataset, preparing (downloading) it if needed.
 
   Args:
@@ -106,7 +107,7 @@ def prepared_builder(spec: registry._Spec, data_dir: str | None, *, tfds_name: s
                              f"could not download {name!r}: {e.reason}")
 
 
-def _prepare_fallback(spec: registry._Spec, fallback: str, data_dir: str | None,
+def _prepare_fallback(spec: registry.DatasetSpec, fallback: str, data_dir: str | None,
                       manual_dir: str | None, root: str, why: str) -> tfds.core.DatasetBuilder:
   """Prepares the local fallback builder; one line naming both ways to get the data if not."""
   try:
@@ -121,7 +122,7 @@ def _first_line(error: BaseException) -> str:
   return (str(error).splitlines() or [type(error).__name__])[0][:300]
 
 
-def _prepare_once(tfds_name: str, data_dir: str | None, spec: registry._Spec, retries: int,
+def _prepare_once(tfds_name: str, data_dir: str | None, spec: registry.DatasetSpec, retries: int,
                   manual_dir: str | None) -> tfds.core.DatasetBuilder:
   """Prepares a dataset, once, even when several processes ask at the same time.
 

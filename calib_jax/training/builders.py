@@ -85,24 +85,19 @@ def build_loss(config: ml_collections.ConfigDict):
   return losses.get(config.loss, **config.loss_kwargs.to_dict())
 
 
-def num_train_examples(config: ml_collections.ConfigDict, meta: Any) -> int:
-  """Number of examples in the training split (after the `max_examples` option).
+def num_train_examples(config: ml_collections.ConfigDict, meta: Any = None) -> int:
+  """Number of examples in the training split (after the `max_examples` option): the
+  `num_examples` of the training stream `loop.open_train_stream` opens, counted by the data
+  pipeline itself (`calib_jax.data.num_examples`, same split, data dir and options).
 
-  Read from the prepared tfds dataset's metadata; call after the data pipeline has been opened
-  once, which prepares locally built datasets.
+  Prepares a locally built dataset on first use. `meta` is not needed (kept for callers that
+  pass it).
   """
-  import tensorflow_datasets as tfds  # Deferred: slow import.
-  from calib_jax.data import prepare
+  del meta
+  from calib_jax import data  # Deferred: imports TensorFlow.
   options = {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
-  name = prepare.prepared_tfds_name(meta.name, config.data.dir, options.get("tfds_name"))
-  builder = tfds.builder(name, data_dir=config.data.dir)
-  train_split = split(config, "train")
-  if train_split == "train":
-    train_split = meta.train_split
-  size = builder.info.splits[train_split].num_examples
-  if options.get("max_examples"):
-    size = min(size, int(options["max_examples"]))
-  return int(size)
+  return data.num_examples(config.data.name, split(config, "train"), data_dir=config.data.dir,
+                           **options)
 
 
 def resolve_length(config: ml_collections.ConfigDict, num_train_examples: int) -> tuple[int, int]:

@@ -109,7 +109,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
   meta = builders.dataset_meta(config)
   example = builders.example_input(config)
-  num_train_examples = builders.num_train_examples(config, meta)
+  num_train_examples = builders.num_train_examples(config)
   steps_per_epoch, total_steps = builders.resolve_length(config, num_train_examples)
   mesh = parallel.make_mesh(devices)
   model = builders.build_model(config, meta)

@@ -80,7 +80,7 @@ class MapReport:
     `write`."""
     self._figures = {}
     e, task = self.config.eval, self.meta.task
-    if task == "classification" and e.cam_images > 0 and len(self.meta.image_shape) == 3:
+    if task == "classification" and e.cam_images > 0 and len(self.meta.input_shape) == 3:
       return self._cams(variables)
     if task == "segmentation" and e.seg_map_images > 0:
       return self._segmentation(variables)

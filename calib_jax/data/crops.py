@@ -1,0 +1,209 @@
+"""The crops of the input pipeline: one pure tf function per crop.
+
+`CROPS` maps each crop name to its function and is the one place crop names live: a recipe's
+``train_crop`` / ``eval_crop`` (`registry.Recipe`) and the ``crop`` option of `make_dataset`
+name one of its keys.
+
+Every function of `CROPS` is called as ``crop(image, seed, args)`` on one stored example image
+(encoded bytes or uint8 ``[H, W, C]``), an int64 ``[2]`` stateless seed and the `CropArgs` of
+the dataset, and returns ``(float32 image [H, W, C] of args.size, window)``: the crop window in
+the stored image's normalised coordinates (`boxes` conventions), from which objectness and the
+returned boxes are computed. Object boxes that are to be filled with the mean pixel are filled
+by ``args.fill`` at the pixels of the crop (pixel-aligned crops fill after cropping and before
+resizing, which equals filling before cropping; resizing crops fill at full resolution first).
+
+Segmentation crops the image and its label mask together: `scale_pad_crop` in training and
+`fit_and_pad` in evaluation (their sizes come from the recipe's ``seg_scale`` / ``eval_shape``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import tensorflow as tf
+
+from calib_jax.data import boxes as boxes_lib
+
+__all__ = ["CROPS", "CropArgs", "EVAL_RESIZE_RATIO", "resize_side", "resize_to", "pad",
+           "inception", "resize_crop", "none", "center", "scale_pad_crop", "fit_and_pad"]
+
+# 224/256: without a recipe's resize, images are resized to max(size) / 0.875 before a crop.
+EVAL_RESIZE_RATIO = 0.875
+
+
+@dataclasses.dataclass(frozen=True)
+class CropArgs:
+  """What a crop needs besides the image and the seed.
+
+  Attributes:
+    size: (H, W) of the output image.
+    channels: image channels.
+    decode: stored image (encoded bytes or uint8) -> uint8 ``[H, W, channels]``.
+    fill: ``fill(float image, window)`` -> the image with the example's object boxes filled
+      where the processor asks for it; ``window`` is the crop window the image shows (its boxes
+      are mapped into it), or None for the whole stored image (boxes as stored).
+    pad: 'pad': pixels of zero padding on each side.
+    resize: 'resize_crop' / 'center': side the image is resized to before cropping.
+    scale: 'inception': (min, max) area fraction.
+    ratio: 'inception': (min, max) aspect ratio.
+  """
+  size: tuple[int, int]
+  channels: int
+  decode: Callable[[tf.Tensor], tf.Tensor]
+  fill: Callable[[tf.Tensor, tf.Tensor | None], tf.Tensor]
+  pad: int = 4
+  resize: int = 0
+  scale: tuple[float, float] = (0.08, 1.0)
+  ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+
+def resize_side(size: tuple[int, int], recipe_resize: int | None, size_overridden: bool) -> int:
+  """Side images are resized to before a 'resize_crop' or 'center' crop: the recipe's unless
+  the output size was overridden (``image_size`` option), else ``max(size) / 0.875``."""
+  if recipe_resize is not None and not size_overridden:
+    return recipe_resize
+  return int(round(max(size) / EVAL_RESIZE_RATIO))
+
+
+def resize_to(image: tf.Tensor, size: tuple[int, int]) -> tf.Tensor:
+  """Bilinear resize to ``size``; the image itself when its static shape already is ``size``."""
+  static = image.shape[:2]
+  if static[0] == size[0] and static[1] == size[1]:
+    return image
+  return tf.image.resize(image, size, method="bilinear")
+
+
+# --------------------------------------------------------------------------------------------
+# Pixel-aligned crops: crop at the stored resolution, fill, then resize to the output size.
+
+
+def pad(image: tf.Tensor, seed: tf.Tensor, args: CropArgs) -> tuple[tf.Tensor, tf.Tensor]:
+  """CIFAR-style: zero-pad by ``args.pad`` pixels and take a random crop of the stored size."""
+  image = tf.cast(args.decode(image), tf.float32)
+  image, window = boxes_lib.pad_crop(image, seed, args.pad)
+  return resize_to(args.fill(image, window), args.size), window
+
+
+def inception(image: tf.Tensor, seed: tf.Tensor, args: CropArgs) -> tuple[tf.Tensor, tf.Tensor]:
+  """Inception-style random resized crop (area ``args.scale``, aspect ``args.ratio``); of a
+  JPEG only the crop is decoded."""
+  if image.dtype == tf.string:
+    crop, window = boxes_lib.decode_inception_crop(image, args.channels, seed, args.scale,
+                                                   args.ratio)
+  else:
+    begin, size, window = boxes_lib.sample_inception_crop(tf.shape(image), seed, args.scale,
+                                                          args.ratio)
+    crop = tf.slice(image, begin, size)
+  return resize_to(args.fill(tf.cast(crop, tf.float32), window), args.size), window
+
+
+def none(image: tf.Tensor, seed: tf.Tensor, args: CropArgs) -> tuple[tf.Tensor, tf.Tensor]:
+  """The whole image, resized to the output size if it has another."""
+  del seed
+  image = tf.cast(args.decode(image), tf.float32)
+  window = tf.constant(boxes_lib.FULL_WINDOW, tf.float32)
+  return resize_to(args.fill(image, window), args.size), window
+
+
+# --------------------------------------------------------------------------------------------
+# Resizing crops: fill at the stored resolution, then resize and crop.
+
+
+def resize_crop(image: tf.Tensor, seed: tf.Tensor, args: CropArgs
+                ) -> tuple[tf.Tensor, tf.Tensor]:
+  """Square resize to ``args.resize`` then a random crop of the output size (CUB recipe)."""
+  image = args.fill(tf.cast(args.decode(image), tf.float32), None)
+  return boxes_lib.resize_crop(image, seed, args.resize, args.size)
+
+
+def center(image: tf.Tensor, seed: tf.Tensor, args: CropArgs) -> tuple[tf.Tensor, tf.Tensor]:
+  """Evaluation: square resize to ``args.resize`` then the central crop of the output size."""
+  del seed
+  image = args.fill(tf.cast(args.decode(image), tf.float32), None)
+  return boxes_lib.center_crop(image, args.resize, args.size)
+
+
+CropFn = Callable[[tf.Tensor, tf.Tensor, CropArgs], tuple[tf.Tensor, tf.Tensor]]
+
+CROPS: dict[str, CropFn] = {
+    "pad": pad,
+    "inception": inception,
+    "resize_crop": resize_crop,
+    "none": none,
+    "center": center,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Segmentation: image and label mask together.
+
+
+def _pad_to(image, seg, height, width, mean_pixel, ignore_label):
+  """Pads bottom/right to at least (height, width): the image with the mean pixel, the labels
+  with the ignore label."""
+  shape = tf.shape(image)
+  pad_h = tf.maximum(height - shape[0], 0)
+  pad_w = tf.maximum(width - shape[1], 0)
+  paddings = [[0, pad_h], [0, pad_w], [0, 0]]
+  image = tf.pad(image - mean_pixel, paddings) + mean_pixel
+  seg = tf.pad(seg, paddings, constant_values=ignore_label)
+  return image, seg
+
+
+def scale_pad_crop(image: tf.Tensor, seg: tf.Tensor, seed: tf.Tensor, *, size: tuple[int, int],
+                   scale: tuple[float, float], flip: bool, mean_pixel: tf.Tensor,
+                   ignore_label: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """Training: random rescale by a factor in ``scale``, pad to at least ``size`` (mean pixel /
+  ignore label), random ``size`` crop, random flip if ``flip``.
+
+  Args:
+    image: float32 ``[H, W, C]``.
+    seg: int32 ``[H, W, 1]`` labels.
+    seed: stateless seed ``[2]``.
+
+  Returns:
+    ``(image [size, C], seg [size, 1])``.
+  """
+  channels = image.shape[-1]
+  seeds = tf.random.experimental.stateless_split(seed, 4)
+  lo, hi = scale
+  factor = tf.random.stateless_uniform([], seeds[0], lo, hi)
+  shape = tf.cast(tf.shape(image)[:2], tf.float32)
+  new = tf.cast(tf.round(shape * factor), tf.int32)
+  image = tf.image.resize(image, new, method="bilinear")
+  seg = tf.image.resize(seg, new, method="nearest")
+  crop_h, crop_w = size
+  image, seg = _pad_to(image, seg, crop_h, crop_w, mean_pixel, ignore_label)
+  shape = tf.shape(image)
+  oy = tf.random.stateless_uniform([], seeds[1], 0, shape[0] - crop_h + 1, dtype=tf.int32)
+  ox = tf.random.stateless_uniform([], seeds[2], 0, shape[1] - crop_w + 1, dtype=tf.int32)
+  image = image[oy:oy + crop_h, ox:ox + crop_w]
+  seg = seg[oy:oy + crop_h, ox:ox + crop_w]
+  if flip:
+    flipped = boxes_lib.random_flip(seeds[3])
+    image = tf.cond(flipped, lambda: tf.reverse(image, axis=[1]), lambda: image)
+    seg = tf.cond(flipped, lambda: tf.reverse(seg, axis=[1]), lambda: seg)
+  image.set_shape([crop_h, crop_w, channels])
+  seg.set_shape([crop_h, crop_w, 1])
+  return image, seg
+
+
+def fit_and_pad(image: tf.Tensor, seg: tf.Tensor, *, shape: tuple[int, int],
+                mean_pixel: tf.Tensor, ignore_label: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """Evaluation: an image larger than ``shape`` is shrunk to fit (aspect kept), then padded
+  bottom/right to ``shape`` (mean pixel / ignore label); smaller images are only padded."""
+  channels = image.shape[-1]
+  height, width = shape
+  current = tf.cast(tf.shape(image)[:2], tf.float32)
+  factor = tf.minimum(1.0, tf.minimum(height / current[0], width / current[1]))
+  new = tf.minimum(tf.cast(tf.math.ceil(current * factor - 1e-3), tf.int32), [height, width])
+
+  def shrink():
+    return (tf.image.resize(image, new, method="bilinear"),
+            tf.image.resize(seg, new, method="nearest"))
+
+  image, seg = tf.cond(factor < 1.0, shrink, lambda: (image, seg))
+  image, seg = _pad_to(image, seg, height, width, mean_pixel, ignore_label)
+  image.set_shape([height, width, channels])
+  seg.set_shape([height, width, 1])
+  return image, seg

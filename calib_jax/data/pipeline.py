@@ -309,8 +309,3 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   return Batches(batches, num_examples=count, num_batches=num_batches,
                  batches_per_epoch=num_batches)
 
-
-# Names of the pipeline before the processors and crops had modules of their own, kept for
-# code written against them.
-_Processor = processors.make_processor
-_finish_batch = processors.finish_batch

@@ -75,6 +75,7 @@ def test_unknown_dataset_lists_valid_names():
     (dict(name="digits", process_index=2, process_count=2), "process_index"),
     (dict(name="digits", max_examples=0), "max_examples"),
     (dict(name="newsgroups20", image_size=32), "max_length"),
+    (dict(name="digits", normalize="minmax"), "normalize must be one of"),
 ])
 def test_bad_arguments_raise_clear_errors(kwargs, match):
   kwargs = {"batch_size": 2, **kwargs}
@@ -225,6 +226,16 @@ def test_streams_report_their_example_count(data_dir):
   assert data.num_examples("digits", "test", data_dir=data_dir, max_examples=5000) == 300
   with pytest.raises(ValueError, match="valid options"):
     data.num_examples("digits", "train", data_dir=data_dir, colour=True)
+
+
+def test_center_normalization_only_subtracts_the_mean(data_dir):
+  """normalize='center' (the label-relaxation code's Keras preprocessing) gives x/255 - mean:
+  the standardised pixels times the dataset's std."""
+  meta = data.info("digits")
+  standard = next(_digits(data_dir, train=False, batch_size=16))["image"]
+  centred = next(_digits(data_dir, train=False, batch_size=16, normalize="center"))["image"]
+  np.testing.assert_allclose(centred, standard * np.float32(meta.std[0]), atol=1e-6)
+  assert not np.allclose(centred, standard)
 
 
 def test_eval_pass_is_deterministic_and_unaugmented(data_dir):

@@ -9,7 +9,13 @@ import numpy as np
 from calib_jax.data import crops, registry
 from calib_jax.data.registry import DatasetMeta
 
-__all__ = ["PipelineOptions"]
+__all__ = ["NORMALIZATIONS", "PipelineOptions"]
+
+# How pixels become model inputs: 'standardize' = (x/255 - mean) / std with the dataset's
+# per-channel statistics (the torchvision convention of the MbLS/ACLS code); 'center' =
+# x/255 - mean, no division (the Keras preprocessing of the label-relaxation code, which
+# subtracts the training mean only; its Table 1 MLPs were trained on such inputs).
+NORMALIZATIONS = ("standardize", "center")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,8 @@ class PipelineOptions:
       False fails at once instead.
     download_retries: retries of each download request (tfds' own default is 10 with
       exponential back-off, about 205 s before an offline machine gives up).
+    normalize: 'standardize' ((x/255 - mean) / std, the default) or 'center' (x/255 - mean),
+      see `NORMALIZATIONS`.
   """
   objectness: bool = False
   context_rate: float = 0.0
@@ -74,6 +82,7 @@ class PipelineOptions:
   return_index: bool = False
   download: bool = True
   download_retries: int = 3
+  normalize: str = "standardize"
 
   @classmethod
   def create(cls, meta: DatasetMeta, options: dict[str, Any]) -> "PipelineOptions":
@@ -110,6 +119,9 @@ class PipelineOptions:
       with_boxes = [n for n in registry.names() if registry.info(n).has_boxes]
       raise ValueError(f"{name} has no object boxes, so {box_opts} cannot be used; datasets "
                        f"with boxes: {with_boxes}.")
+    if self.normalize not in NORMALIZATIONS:
+      raise ValueError(f"{name}: normalize must be one of {NORMALIZATIONS}, got "
+                       f"{self.normalize!r}.")
     if self.crop is not None and self.crop not in crops.CROPS:
       raise ValueError(f"{name}: crop must be one of {tuple(crops.CROPS)} (crops.CROPS), got "
                        f"{self.crop!r}.")

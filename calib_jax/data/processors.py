@@ -64,6 +64,12 @@ def _read_boxes(ex: Example, key: str) -> tf.Tensor:
   return tf.reshape(tf.cast(b, tf.float32), [-1, 4])
 
 
+def _input_std(meta, opts: PipelineOptions) -> tf.Tensor:
+  """What centred pixels are divided by: the dataset's std, or 1 for ``normalize='center'``."""
+  std = meta.std if opts.normalize == "standardize" else (1.0,) * len(meta.std)
+  return tf.constant(std, tf.float32)
+
+
 class ClassificationProcessor:
   """Image classification: crop (`crops.CROPS`), flip, normalise; with object boxes also the
   adaptive-label-smoothing options (objectness, context samples, 'mask' variant, removed
@@ -76,7 +82,7 @@ class ClassificationProcessor:
                                                       source.boxes_key)
     self.opts, self.train, self.stored_shape = opts, train, stored_shape
     self.mean = tf.constant(meta.mean, tf.float32)
-    self.std = tf.constant(meta.std, tf.float32)
+    self.std = _input_std(meta, opts)
     self.mean_pixel = self.mean * 255.0
     self.size = opts.image_hw(meta)
     self.channels = meta.input_shape[-1]
@@ -160,7 +166,7 @@ class SegmentationProcessor:
     self.image_key, self.seg_key = source.image_key, source.seg_key
     self.train = train
     self.mean = tf.constant(meta.mean, tf.float32)
-    self.std = tf.constant(meta.std, tf.float32)
+    self.std = _input_std(meta, opts)
     self.mean_pixel = self.mean * 255.0
     self.ignore_label = meta.ignore_label
     self.channels = meta.input_shape[-1]

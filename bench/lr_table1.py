@@ -282,9 +282,15 @@ def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
   lines += final_table(out_dir, seeds)
   lines += ts_details(out_dir, seeds)
   lines += ["", "## Protocol notes", "",
-            "- Splits: the original 60k/10k split, not resampled per seed as the paper does; "
-            "the tuning hold-out is the last 1/6 of the training set as the paper says (the "
-            "official code's `train_test_split` holds out 25 % at random).",
+            "- Splits: the original 60k/10k split, not resampled per seed as the paper does "
+            "(the official `get_dataset_by_type` pools the 70k images and draws a random 1/7 "
+            "test set per seed); the tuning hold-out is the last 1/6 of the training set as the "
+            "paper says (the official code's `train_test_split` holds out 25 % at random).",
+            "- Inputs are standardised, `(x/255 - mean) / std`; the official Keras code only "
+            "subtracts the training mean. One check run of `final,ce` seed 0 with "
+            "`--config.data.options.normalize=center` (the official preprocessing) gave test "
+            "accuracy 0.9045 and ECE 0.0754 against 0.9043 and 0.0771 standardised: the input "
+            "scaling does not move these numbers.",
             "- Tuning runs once, on seed 0 (the paper tunes inside each of its 10 seeds); the "
             "selected value is retrained on every seed. No cut was made in tuning: every run "
             "has the full 50 epochs and every grid point.",

@@ -57,20 +57,17 @@ def eval_dir(workdir: str, split: str) -> str:
 @functools.partial(jax.jit, static_argnames="num_pixels")
 def _sample_pixels(logits: jax.Array, labels: jax.Array, mask: jax.Array, key: jax.Array,
                    num_pixels: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Up to `num_pixels` uniformly drawn labelled pixels per image, as flat samples.
+  """The labelled pixels of `metrics.subsample_pixels` (up to `num_pixels` per image, drawn
+  uniformly), as flat samples.
 
   Returns `(logits [B*k, C], labels [B*k], mask [B*k])` with `k = min(num_pixels, H*W)`;
   images with fewer labelled pixels keep all of them (the rest of their k slots are masked).
   """
   b, num_classes = logits.shape[0], logits.shape[-1]
-  flat_mask = mask.reshape(b, -1)
-  k = min(num_pixels, flat_mask.shape[1])
-  priority = jnp.where(flat_mask, jax.random.uniform(key, flat_mask.shape), -1.0)
-  top, index = jax.lax.top_k(priority, k)
+  index, chosen = metrics.subsample_pixel_indices(key, mask, num_pixels)
   picked = jnp.take_along_axis(logits.reshape(b, -1, num_classes), index[..., None], axis=1)
   picked_labels = jnp.take_along_axis(labels.reshape(b, -1), index, axis=1)
-  return (picked.reshape(b * k, num_classes), picked_labels.reshape(-1),
-          (top >= 0).reshape(-1))
+  return picked.reshape(-1, num_classes), picked_labels.reshape(-1), chosen.reshape(-1)
 
 
 def _samples(logits, labels, mask, key, num_pixels):
@@ -219,9 +216,9 @@ def _selective_tables(samples: dict[str, np.ndarray], config) -> dict[str, dict[
                                         coverages=coverages)
     table = {k: float(summary[k]) for k in ("aurc", "eaurc", "augrc")}
     for r, v in zip(risks, np.asarray(summary["coverage_at_risk"])):
-      table[f"coverage_at_{r * 100:g}pct_risk".replace(".", "p")] = float(v)
+      table[metrics.coverage_at_risk_key(r)] = float(v)
     for c, v in zip(coverages, np.asarray(summary["risk_at_coverage"])):
-      table[f"risk_at_{c * 100:g}pct_coverage".replace(".", "p")] = float(v)
+      table[metrics.risk_at_coverage_key(c)] = float(v)
     out[name] = table
   return out
 

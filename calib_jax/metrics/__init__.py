@@ -2,8 +2,14 @@
 
 Calibration metrics take `(probs [..., C], labels [...])`; selective metrics take
 `(scores [...], correct [...])`; every metric takes an optional bool `mask [...]`.
-`StreamingMetrics` accumulates all of them over batches and devices.
+The streaming accumulators (`ScalarSums`, `BinnedCalibration`, `ClasswiseCalibration`,
+`ConfidenceHistogram`, `ConfusionMatrix`) accumulate them over batches and devices;
+`StreamingMetrics` combines them.
 """
+from calib_jax.metrics.accumulators import BinnedCalibration
+from calib_jax.metrics.accumulators import ClasswiseCalibration
+from calib_jax.metrics.accumulators import ConfusionMatrix
+from calib_jax.metrics.accumulators import ScalarSums
 from calib_jax.metrics.calibration import accuracy
 from calib_jax.metrics.calibration import aece
 from calib_jax.metrics.calibration import average_confidence
@@ -25,6 +31,7 @@ from calib_jax.metrics.calibration import underconfidence
 from calib_jax.metrics.segmentation import confusion_matrix
 from calib_jax.metrics.segmentation import iou_from_confusion
 from calib_jax.metrics.segmentation import miou
+from calib_jax.metrics.histogram import ConfidenceHistogram
 from calib_jax.metrics.segmentation import subsample_pixel_indices
 from calib_jax.metrics.segmentation import subsample_pixels
 from calib_jax.metrics.segmentation import valid_mask
@@ -48,5 +55,6 @@ __all__ = [
     "subsample_pixels", "valid_mask",
     "aurc", "augrc", "coverage_at_risk", "coverage_at_risk_key", "eaurc", "risk_at_coverage",
     "risk_at_coverage_key", "risk_coverage_curve", "selective_summary",
-    "StreamingMetrics",
+    "BinnedCalibration", "ClasswiseCalibration", "ConfidenceHistogram", "ConfusionMatrix",
+    "ScalarSums", "StreamingMetrics",
 ]

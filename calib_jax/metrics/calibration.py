@@ -254,7 +254,11 @@ def label_log_prob(x: jax.Array, labels: jax.Array, from_logits: bool) -> jax.Ar
   """
   safe_labels = jnp.clip(labels, 0, x.shape[-1] - 1)[:, None]
   if from_logits:
-    return jnp.take_along_axis(jax.nn.log_softmax(x, axis=-1), safe_labels, 1)[:, 0]
+    # `log_softmax(x)_y` with the same arithmetic, gathering before the subtraction: the
+    # streaming update shares `exp(shifted)` with its softmax and writes no [N, C] log-probs.
+    shifted = x - jnp.max(x, axis=-1, keepdims=True)
+    log_total = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+    return jnp.take_along_axis(shifted, safe_labels, 1)[:, 0] - log_total
   p = jnp.take_along_axis(x, safe_labels, 1)[:, 0]
   return jnp.log(jnp.maximum(p, jnp.finfo(jnp.float32).tiny))
 

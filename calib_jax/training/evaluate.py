@@ -7,9 +7,10 @@
 2. on the fit split (`config.eval.fit_split`, the validation split by default) fits the
    temperature T (`posthoc.fit_temperature`, held-out NLL) and picks the logit-normalisation
    p (`posthoc.select_pnorm`, held-out AURC; None keeps MSP);
-3. streams the report split through two `metrics.StreamingMetrics` accumulators, on logits and
-   on logits / T: every SPEC §2 calibration metric before and after temperature scaling (the
-   papers' PreT / PosT columns), MSP-based selective metrics, and mIoU for segmentation;
+3. streams the report split through two sets of streaming accumulators
+   (`evaluators.accumulators`), on logits and on logits / T: every SPEC §2 calibration metric
+   before and after temperature scaling (the papers' PreT / PosT columns), MSP-based selective
+   metrics, and mIoU for segmentation;
 4. computes the selective metrics of the other confidence scores (max logit, negative entropy,
    max-logit p-norm) exactly, from per-sample scores (segmentation: from
    `eval.score_pixels_per_image` random labelled pixels per image, the same pixels for every
@@ -43,7 +44,7 @@ RESULTS_FILE = "metrics.json"
 RELIABILITY_FILE = "reliability.png"
 RISK_COVERAGE_FILE = "risk_coverage.png"
 PREDICTIONS_FILE = "predictions.npz"
-# Scalars of `StreamingMetrics.result()` reported in the PreT / PosT tables.
+# Scalars of the accumulators' `result()` reported in the PreT / PosT tables.
 CALIBRATION_KEYS = ("accuracy", "ece", "aece", "mce", "classwise_ece", "nll", "brier",
                     "average_confidence", "overconfidence", "underconfidence", "aurc", "eaurc",
                     "augrc")
@@ -166,9 +167,8 @@ def _stream_report_split(config, split, predict, variables, mesh, meta, temperat
   """The accumulators (PreT, PosT and, with a grid temperature, PosT-grid) and the sampled
   per-sample scores of the report split."""
   risks, coverages = tuple(config.eval.risk_levels), tuple(config.eval.coverage_levels)
-  segmentation = meta.task == "segmentation"
-  pre, post, post_grid = (metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
-                                                        confusion=segmentation) for _ in range(3))
+  pre, post, post_grid = (evaluators.accumulators(meta, config.eval.num_bins, classwise=True,
+                                                  histogram=True) for _ in range(3))
   samples: dict[str, list[np.ndarray]] = {"correct": [], "probs_pre": [], "probs_post": [],
                                           "labels": []}
   key = jax.random.key(config.seed + 1)
@@ -225,7 +225,7 @@ def _selective_tables(samples: dict[str, np.ndarray], config) -> dict[str, dict[
 
 def _context_metrics(config, split, predict, variables, mesh, meta) -> dict[str, float]:
   """Calibration on context-only images (all objects filled with the mean pixel)."""
-  acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins, confusion=False)
+  acc = evaluators.accumulators(meta, config.eval.num_bins, classwise=False, histogram=False)
   entropy_sum, count = 0.0, 0
   for batch in evaluators.eval_batches(config, split, mesh, remove_objects=True):
     logits = predict(variables, batch)

@@ -16,13 +16,17 @@ eagerly, then runs one compiled program: the batch's per-sample values (`Batch`:
 argmax, confidence, `log p_y`) and the accumulator's `add`. `StreamingMetrics` (streaming.py)
 combines accumulators, so that a batch is prepared once for all of them.
 
-| accumulator | sums (masked entries left out) | `compute()` |
-|---|---|---|
-| `ScalarSums` | N, Σ 1[ŷ = y], Σ −log p_y, Σ Brier, Σ c, Σ c over wrong, Σ (1 − c) over right | accuracy, nll, brier, average_confidence, overconfidence, underconfidence |
-| `BinnedCalibration` | per equal-width bin of c: count, Σ c, Σ 1[ŷ = y] | ece, mce, reliability_* |
-| `ClasswiseCalibration` | per class k and bin of p_k: Σ p_k, #[y = k] (and the count) | classwise_ece |
-| `ConfusionMatrix` | `[C, C]` counts | miou, per_class_iou |
-| `ConfidenceHistogram` (histogram.py) | fine histogram of c: counts, errors, offsets | aece, aurc, eaurc, augrc, operating points, error bounds |
+The accumulators, their sums (masked entries left out) and what `compute()` gives:
+
+* `ScalarSums`: N, Σ 1[ŷ = y], Σ −log p_y, Σ Brier, Σ c, Σ c over wrong, Σ (1 − c) over
+  right → num_samples, accuracy, nll, brier, average_confidence, over/underconfidence;
+* `BinnedCalibration`: per equal-width bin of c, the count, Σ c and Σ 1[ŷ = y] → ece, mce,
+  reliability_counts / _confidence / _accuracy;
+* `ClasswiseCalibration`: per class k and bin of p_k, Σ p_k and #[y = k] (optionally the
+  count) → classwise_ece (and per_class_ece);
+* `ConfusionMatrix`: `[C, C]` counts → miou, per_class_iou;
+* `ConfidenceHistogram` (histogram.py): fine histogram of c, counts, errors and offsets →
+  aece, aurc, eaurc, augrc, the operating points and the estimates' error bounds.
 
 All but the histogram's are exact: they apply the one-shot metrics' formulas
 (`calibration.*_from_bins`, `segmentation.iou_from_confusion`) to the accumulated sums.

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 from matplotlib import patches  # noqa: E402
 
 from calib_jax import plotting  # noqa: E402
+from calib_jax.metrics import calibration  # noqa: E402
 
 CORRECT, WRONG = "tab:green", "tab:red"
 
@@ -200,6 +201,6 @@ def class_reliability(counts: np.ndarray, confidence_sum: np.ndarray, hits_sum: 
 
 def classwise_ece(counts: np.ndarray, confidence_sum: np.ndarray,
                   hits_sum: np.ndarray) -> np.ndarray:
-  """[C]: per class k, sum_b (n_b / N) |freq_b - conf_b| over the bins of p_k."""
-  total = np.maximum(counts.sum(-1), 1)
-  return np.abs(hits_sum - confidence_sum).sum(-1) / total
+  """[C]: per class k, `sum_b (n_b / N) |freq_b - conf_b|` over the bins of p_k, i.e.
+  `metrics.ece_from_bins` of each class's bins (kept here for the callers of this name)."""
+  return calibration.ece_from_bins(confidence_sum, hits_sum, np.sum(counts, -1))

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from calib_jax import data, models
+from calib_jax import data, metrics, models
 from calib_jax.training import evaluate, loop
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
@@ -88,6 +88,22 @@ def test_pixel_sampling_picks_only_labelled_pixels():
   assert len(set(picked0)) == 5 and set(picked0) <= set(labels[0][mask[0]])
   assert out_labels[1][out_mask[1]].tolist() == [31]
   np.testing.assert_array_equal(np.asarray(out_logits)[:, 0], np.asarray(out_labels).ravel())
+
+
+def test_pixel_sampling_is_metrics_subsample_pixels():
+  """One draw: the report's sampled pixels are exactly those of the public function."""
+  rng = np.random.default_rng(0)
+  mask = rng.random((3, 8, 6)) < 0.5
+  mask[1] = False
+  mask[1, 0, :3] = True
+  labels = np.arange(3 * 48, dtype=np.int32).reshape(3, 8, 6)
+  logits = np.zeros((3, 8, 6, 2), np.float32)
+  key = jax.random.key(4)
+  _, out_labels, out_mask = evaluate._sample_pixels(
+      jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask), key, 10)
+  picked = np.asarray(out_labels)[np.asarray(out_mask)]
+  chosen = np.asarray(metrics.subsample_pixels(key, mask, 10))
+  assert sorted(picked.tolist()) == sorted(labels[chosen].tolist())
 
 
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):

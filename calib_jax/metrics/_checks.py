@@ -70,6 +70,12 @@ def as_bool_array(x: ArrayLike, name: str) -> jax.Array:
   return unsharded(jnp.asarray(x).astype(bool))
 
 
+def check_num_classes(num_classes) -> int:
+  if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
+  return num_classes
+
+
 def check_num_bins(num_bins) -> int:
   if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
     raise ValueError(f"num_bins must be a positive Python int, got {num_bins!r}.")

@@ -4,6 +4,7 @@ Calibration and selective metrics work on pixels directly: pass `probs [B, H, W,
 `[B, H, W]` and `mask = valid_mask(labels)` (leading dims are flattened by every metric).
 """
 import functools
+import math
 from typing import Optional
 
 import jax
@@ -37,8 +38,7 @@ def confusion_counts(pred: jax.Array, labels: jax.Array, mask: Optional[jax.Arra
 
 
 def _flatten_pred_labels(pred, labels, num_classes, mask):
-  if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-    raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
+  _checks.check_num_classes(num_classes)
   p_shape, l_shape = tuple(jnp.shape(pred)), tuple(jnp.shape(labels))
   if p_shape != l_shape:
     raise ValueError(f"pred shape {p_shape} must equal labels shape {l_shape}.")
@@ -91,16 +91,42 @@ def miou(pred: ArrayLike, labels: ArrayLike, num_classes: int,
 
 
 @functools.partial(jax.jit, static_argnames="num_pixels")
-def _subsample(key, valid, num_pixels):
-  batch = valid.shape[0]
-  flat = valid.reshape(batch, -1)
+def _pixel_indices(key, valid, num_pixels):
+  flat = valid.reshape(valid.shape[0], -1)
   priority = jax.random.uniform(key, flat.shape)
   # Valid pixels get priorities in [1, 2), invalid ones in [0, 1): top-k takes valid first.
   priority = priority + flat.astype(jnp.float32)
-  _, idx = lax.top_k(priority, num_pixels)
-  chosen = jnp.zeros_like(flat)
-  chosen = jax.vmap(lambda c, i: c.at[i].set(True))(chosen, idx)
-  return (chosen & flat).reshape(valid.shape)
+  _, index = lax.top_k(priority, num_pixels)
+  return index, jnp.take_along_axis(flat, index, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames="num_pixels")
+def _subsample(key, valid, num_pixels):
+  index, chosen = _pixel_indices(key, valid, num_pixels)
+  picked = jnp.zeros((valid.shape[0], valid[0].size), bool)
+  picked = jax.vmap(lambda c, i, v: c.at[i].set(v))(picked, index, chosen)
+  return picked.reshape(valid.shape)
+
+
+def _check_subsample(mask, num_pixels):
+  shape = tuple(jnp.shape(mask))
+  if len(shape) < 2:
+    raise ValueError(f"mask must be [B, ...] with at least 2 dims, got shape {shape}.")
+  if isinstance(num_pixels, bool) or not isinstance(num_pixels, int) or num_pixels < 1:
+    raise ValueError(f"num_pixels must be a positive int, got {num_pixels!r}.")
+  return _checks.as_bool_array(mask, "mask"), min(num_pixels, math.prod(shape[1:]))
+
+
+def subsample_pixel_indices(key: jax.Array, mask: ArrayLike, num_pixels: int = 5000):
+  """The pixels of `subsample_pixels` as indices, to gather per-pixel values with.
+
+  Returns `(index, chosen)`, both `[B, k]` with `k = min(num_pixels, pixels per image)`:
+  flat pixel indices into each image (`mask[b].reshape(-1)[index[b]]`), distinct, and whether
+  each is a chosen labelled pixel (images with fewer than k labelled pixels fill their last
+  slots with unlabelled ones, `chosen` False). Traceable (usable inside `jit`).
+  """
+  mask, k = _check_subsample(mask, num_pixels)
+  return _pixel_indices(key, mask, k)
 
 
 def subsample_pixels(key: jax.Array, mask: ArrayLike, num_pixels: int = 5000) -> jax.Array:
@@ -108,7 +134,7 @@ def subsample_pixels(key: jax.Array, mask: ArrayLike, num_pixels: int = 5000) ->
 
   The risk–coverage curves of dense tasks are estimated on 5000 random labelled pixels per
   image. The choice depends only on `key` and `mask`, so models evaluated with the same key see
-  the same pixels.
+  the same pixels (`subsample_pixel_indices` gives the same choice as indices).
 
   Args:
     key: a `jax.random` key.
@@ -118,13 +144,5 @@ def subsample_pixels(key: jax.Array, mask: ArrayLike, num_pixels: int = 5000) ->
   Returns:
     bool `[B, H, W]`: the chosen pixels (a subset of `mask`).
   """
-  shape = tuple(jnp.shape(mask))
-  if len(shape) < 2:
-    raise ValueError(f"mask must be [B, ...] with at least 2 dims, got shape {shape}.")
-  if isinstance(num_pixels, bool) or not isinstance(num_pixels, int) or num_pixels < 1:
-    raise ValueError(f"num_pixels must be a positive int, got {num_pixels!r}.")
-  per_image = 1
-  for d in shape[1:]:
-    per_image *= d
-  mask = _checks.as_bool_array(mask, "mask")
-  return _subsample(key, mask, min(num_pixels, per_image))
+  mask, k = _check_subsample(mask, num_pixels)
+  return _subsample(key, mask, k)

@@ -121,6 +121,20 @@ def _risk_at_coverage(scores, correct, mask, k):
   return _risk_at_k(rank_errors(scores, ~correct, mask), k)
 
 
+def _percent(x: float) -> str:
+  return f"{float(x) * 100:g}".replace(".", "p")
+
+
+def coverage_at_risk_key(risk: float) -> str:
+  """Result key of coverage@risk, e.g. `coverage_at_5pct_risk` (0.05), `..._0p5pct_...` (0.005)."""
+  return f"coverage_at_{_percent(risk)}pct_risk"
+
+
+def risk_at_coverage_key(coverage: float) -> str:
+  """Result key of risk@coverage, e.g. `risk_at_80pct_coverage` (0.8)."""
+  return f"risk_at_{_percent(coverage)}pct_coverage"
+
+
 def _check_fraction(value, name: str, *, allow_zero: bool) -> None:
   if isinstance(value, numbers.Real):
     lo_ok = value >= 0 if allow_zero else value > 0

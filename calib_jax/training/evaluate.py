@@ -7,9 +7,10 @@
 2. on the fit split (`config.eval.fit_split`, the validation split by default) fits the
    temperature T (`posthoc.fit_temperature`, held-out NLL) and picks the logit-normalisation
    p (`posthoc.select_pnorm`, held-out AURC; None keeps MSP);
-3. streams the report split through two `metrics.StreamingMetrics` accumulators, on logits and
-   on logits / T: every SPEC §2 calibration metric before and after temperature scaling (the
-   papers' PreT / PosT columns), MSP-based selective metrics, and mIoU for segmentation;
+3. streams the report split through two sets of streaming accumulators
+   (`evaluators.accumulators`), on logits and on logits / T: every SPEC §2 calibration metric
+   before and after temperature scaling (the papers' PreT / PosT columns), MSP-based selective
+   metrics, and mIoU for segmentation;
 4. computes the selective metrics of the other confidence scores (max logit, negative entropy,
    max-logit p-norm) exactly, from per-sample scores (segmentation: from
    `eval.score_pixels_per_image` random labelled pixels per image, the same pixels for every
@@ -43,7 +44,7 @@ RESULTS_FILE = "metrics.json"
 RELIABILITY_FILE = "reliability.png"
 RISK_COVERAGE_FILE = "risk_coverage.png"
 PREDICTIONS_FILE = "predictions.npz"
-# Scalars of `StreamingMetrics.result()` reported in the PreT / PosT tables.
+# Scalars of the accumulators' `result()` reported in the PreT / PosT tables.
 CALIBRATION_KEYS = ("accuracy", "ece", "aece", "mce", "classwise_ece", "nll", "brier",
                     "average_confidence", "overconfidence", "underconfidence", "aurc", "eaurc",
                     "augrc")
@@ -57,20 +58,17 @@ def eval_dir(workdir: str, split: str) -> str:
 @functools.partial(jax.jit, static_argnames="num_pixels")
 def _sample_pixels(logits: jax.Array, labels: jax.Array, mask: jax.Array, key: jax.Array,
                    num_pixels: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Up to `num_pixels` uniformly drawn labelled pixels per image, as flat samples.
+  """The labelled pixels of `metrics.subsample_pixels` (up to `num_pixels` per image, drawn
+  uniformly), as flat samples.
 
   Returns `(logits [B*k, C], labels [B*k], mask [B*k])` with `k = min(num_pixels, H*W)`;
   images with fewer labelled pixels keep all of them (the rest of their k slots are masked).
   """
   b, num_classes = logits.shape[0], logits.shape[-1]
-  flat_mask = mask.reshape(b, -1)
-  k = min(num_pixels, flat_mask.shape[1])
-  priority = jnp.where(flat_mask, jax.random.uniform(key, flat_mask.shape), -1.0)
-  top, index = jax.lax.top_k(priority, k)
+  index, chosen = metrics.subsample_pixel_indices(key, mask, num_pixels)
   picked = jnp.take_along_axis(logits.reshape(b, -1, num_classes), index[..., None], axis=1)
   picked_labels = jnp.take_along_axis(labels.reshape(b, -1), index, axis=1)
-  return (picked.reshape(b * k, num_classes), picked_labels.reshape(-1),
-          (top >= 0).reshape(-1))
+  return picked.reshape(-1, num_classes), picked_labels.reshape(-1), chosen.reshape(-1)
 
 
 def _samples(logits, labels, mask, key, num_pixels):
@@ -169,9 +167,8 @@ def _stream_report_split(config, split, predict, variables, mesh, meta, temperat
   """The accumulators (PreT, PosT and, with a grid temperature, PosT-grid) and the sampled
   per-sample scores of the report split."""
   risks, coverages = tuple(config.eval.risk_levels), tuple(config.eval.coverage_levels)
-  segmentation = meta.task == "segmentation"
-  pre, post, post_grid = (metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins,
-                                                        confusion=segmentation) for _ in range(3))
+  pre, post, post_grid = (evaluators.accumulators(meta, config.eval.num_bins, classwise=True,
+                                                  histogram=True) for _ in range(3))
   samples: dict[str, list[np.ndarray]] = {"correct": [], "probs_pre": [], "probs_post": [],
                                           "labels": []}
   key = jax.random.key(config.seed + 1)
@@ -219,16 +216,16 @@ def _selective_tables(samples: dict[str, np.ndarray], config) -> dict[str, dict[
                                         coverages=coverages)
     table = {k: float(summary[k]) for k in ("aurc", "eaurc", "augrc")}
     for r, v in zip(risks, np.asarray(summary["coverage_at_risk"])):
-      table[f"coverage_at_{r * 100:g}pct_risk".replace(".", "p")] = float(v)
+      table[metrics.coverage_at_risk_key(r)] = float(v)
     for c, v in zip(coverages, np.asarray(summary["risk_at_coverage"])):
-      table[f"risk_at_{c * 100:g}pct_coverage".replace(".", "p")] = float(v)
+      table[metrics.risk_at_coverage_key(c)] = float(v)
     out[name] = table
   return out
 
 
 def _context_metrics(config, split, predict, variables, mesh, meta) -> dict[str, float]:
   """Calibration on context-only images (all objects filled with the mean pixel)."""
-  acc = metrics.StreamingMetrics.init(meta.num_classes, config.eval.num_bins, confusion=False)
+  acc = evaluators.accumulators(meta, config.eval.num_bins, classwise=False, histogram=False)
   entropy_sum, count = 0.0, 0
   for batch in evaluators.eval_batches(config, split, mesh, remove_objects=True):
     logits = predict(variables, batch)

@@ -52,6 +52,24 @@ def to_host(x: jax.Array) -> np.ndarray:
   return np.asarray(x)
 
 
+def accumulators(meta: Any, num_bins: int, *, classwise: bool,
+                 histogram: bool) -> metrics.StreamingMetrics:
+  """The streaming accumulators of an evaluation, on device: `ScalarSums` (accuracy, NLL,
+  Brier, confidence) and `BinnedCalibration` (ECE, MCE, reliability) always; with `classwise`
+  the `ClasswiseCalibration` bins (classwise ECE, C·B sums: the costly part at large C); with
+  `histogram` the `ConfidenceHistogram` (AECE, AURC and the other selective metrics); and the
+  `ConfusionMatrix` (mIoU) for segmentation."""
+  parts = {"scalars": metrics.ScalarSums.init(),
+           "calibration": metrics.BinnedCalibration.init(num_bins)}
+  if classwise:
+    parts["classwise"] = metrics.ClasswiseCalibration.init(meta.num_classes, num_bins)
+  if histogram:
+    parts["histogram"] = metrics.ConfidenceHistogram.init(num_bins)
+  if meta.task == "segmentation":
+    parts["confusion"] = metrics.ConfusionMatrix.init(meta.num_classes)
+  return metrics.StreamingMetrics.of(meta.num_classes, **parts)
+
+
 def eval_batches(config: ml_collections.ConfigDict, split: str, mesh: jax.sharding.Mesh,
                  **extra_options: Any) -> Iterator[dict[str, jax.Array]]:
   """One pass over the config's `split` role ('val', 'test' or a tfds split string) as global
@@ -73,7 +91,7 @@ class ValidationEvaluator:
   """Accuracy, NLL, ECE, AECE, Brier and AURC (and mIoU for segmentation) on one split.
 
   Built once per run (its predict function compiles once); `run(variables)` streams the split
-  through a `metrics.StreamingMetrics` accumulator on device.
+  through the `accumulators` these metrics need (no classwise bins), on device.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, model, mesh: jax.sharding.Mesh,
@@ -84,8 +102,7 @@ class ValidationEvaluator:
   def run(self, variables: dict[str, Any]) -> dict[str, float]:
     """Metrics of `variables` on the split, as Python floats."""
     segmentation = self.meta.task == "segmentation"
-    acc = metrics.StreamingMetrics.init(self.meta.num_classes, self.config.eval.num_bins,
-                                        confusion=segmentation)
+    acc = accumulators(self.meta, self.config.eval.num_bins, classwise=False, histogram=True)
     for batch in eval_batches(self.config, self.split, self.mesh):
       acc = acc.update(logits=self.predict(variables, batch), labels=batch["label"],
                        mask=batch["mask"])

@@ -26,8 +26,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from calib_jax import explain
-from calib_jax.metrics import calibration
+from calib_jax import explain, metrics
 from calib_jax.training import evaluators
 
 CAMS_FILE, CONTEXT_CAMS_FILE, CAMS_ARRAYS = "cams.png", "cams_context.png", "cams.npz"
@@ -48,18 +47,11 @@ def display_images(images: np.ndarray, meta: Any) -> np.ndarray:
 def classwise_bins(logits: jax.Array, labels: jax.Array, mask: jax.Array,
                    num_bins: int) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Per class k and equal-width bin of p_k (softmax of `logits` [..., C]) over the pixels of
-  `mask`: pixel counts, sums of p_k and counts of label k; each [C, num_bins]. The sums and hits
-  are `metrics.calibration.classwise_bin_sums` (the bins of classwise ECE, `(lo, hi]`); the
-  counts, which the per-class reliability diagram needs besides, use the same bins."""
-  num_classes = logits.shape[-1]
-  probs = jax.nn.softmax(logits.astype(jnp.float32)).reshape(-1, num_classes)
-  flat_mask = mask.reshape(-1)
-  confidence_sum, hits = calibration.classwise_bin_sums(probs, labels.reshape(-1), flat_mask,
-                                                        num_bins)
-  index = calibration.bin_index(probs, num_bins) + num_bins * jnp.arange(num_classes)
-  weight = jnp.broadcast_to(flat_mask[:, None], probs.shape).astype(jnp.int32)
-  counts = jax.ops.segment_sum(weight.reshape(-1), index.reshape(-1), num_classes * num_bins)
-  return counts.reshape(num_classes, num_bins), confidence_sum, hits
+  `mask`: pixel counts, sums of p_k and counts of label k; each [C, num_bins]. One batch of
+  `metrics.ClasswiseCalibration(counts=True)` (the bins of classwise ECE, `(lo, hi]`)."""
+  acc = metrics.ClasswiseCalibration.init(logits.shape[-1], num_bins, counts=True)
+  acc = acc.update(logits=logits.astype(jnp.float32), labels=labels, mask=mask)
+  return acc.counts, acc.confidence_sum, acc.hits
 
 
 def _host(x: jax.Array) -> np.ndarray:
@@ -146,15 +138,12 @@ class MapReport:
   def _segmentation(self, variables) -> dict[str, Any]:
     config, meta = self.config, self.meta
     count, num_bins = int(config.eval.seg_map_images), int(config.eval.num_bins)
-    shape = (meta.num_classes, num_bins)
-    sums = [np.zeros(shape), np.zeros(shape), np.zeros(shape)]
+    acc = metrics.ClasswiseCalibration.init(meta.num_classes, num_bins, counts=True)
     parts: dict[str, list[np.ndarray]] = {}
     have = 0
     for batch in evaluators.eval_batches(config, "val", self.mesh):
       logits = self.predict(variables, batch)
-      for total, part in zip(sums, classwise_bins(logits, batch["label"], batch["mask"],
-                                                  num_bins)):
-        total += _host(part)
+      acc = acc.update(logits=logits, labels=batch["label"], mask=batch["mask"])
       if have < count:
         images = _host(batch["image"])
         keep = _host(batch["mask"]).reshape(len(images), -1).any(-1)  # padding: no pixel
@@ -164,15 +153,14 @@ class MapReport:
         for name, value in values.items():
           parts.setdefault(name, []).append(value[keep][:count - have])
         have += int(min(keep.sum(), count - have))
-    from calib_jax import plotting_maps  # Deferred: matplotlib.
-    counts, confidence_sum, hits_sum = sums
+    summary = acc.compute()
     self._figures["seg_maps"] = {k: np.concatenate(v) for k, v in parts.items()}
-    self._figures["class_reliability"] = {"counts": counts, "confidence_sum": confidence_sum,
-                                          "hits_sum": hits_sum}
-    eces = plotting_maps.classwise_ece(counts, confidence_sum, hits_sum)
-    return {"seg_maps": {"split": "val", "num_pixels": int(counts[0].sum()),
-                         "classwise_ece": [float(x) for x in eces],
-                         "mean_classwise_ece": float(np.mean(eces))}}
+    self._figures["class_reliability"] = {
+        "counts": np.asarray(acc.counts), "confidence_sum": np.asarray(acc.confidence_sum),
+        "hits_sum": np.asarray(acc.hits)}
+    return {"seg_maps": {"split": "val", "num_pixels": int(acc.count),
+                         "classwise_ece": [float(x) for x in summary["per_class_ece"]],
+                         "mean_classwise_ece": float(summary["classwise_ece"])}}
 
   # --------------------------------------------------------------------------------- figures
 

@@ -135,7 +135,7 @@ def test_cam_grid_has_three_panels_per_image_and_colours_the_verdict(tmp_path, m
   probs[np.arange(n), [3, 3, 3, 1, 2]] = 0.55
   labels = np.array([3, 3, 3, 3, 3])
   saved = {}
-  monkeypatch.setattr(plotting_maps.plotting, "_save",
+  monkeypatch.setattr(plotting_maps.plotting, "save_png",
                       lambda fig, path: saved.setdefault("fig", fig) and path)
   plotting_maps.cam_grid(rng.uniform(size=(n, 8, 8, 3)), rng.uniform(size=(n, 8, 8)),
                          rng.uniform(size=(n, 8, 8)), probs, labels, str(tmp_path / "g.png"),

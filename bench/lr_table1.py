@@ -335,7 +335,12 @@ def main(argv: list[str] | None = None) -> int:
       print(f"time budget reached; {len(todo)} runs left", flush=True)
       break
     variant, seed = todo[0]
-    summary = run_one(variant, seed, args.workdir, args.out_dir)
+    from calib_jax.training import preemption
+    try:
+      summary = run_one(variant, seed, args.workdir, args.out_dir)
+    except preemption.Preempted as e:  # SIGTERM: the run saved its step; rerun to resume.
+      print(f"{variant:<24} seed {seed}: {e}", flush=True)
+      return preemption.PREEMPTED_EXIT_CODE
     text = summary.get("diverged") or (f"acc {summary['accuracy']:.4f} ECE {summary['ece']:.4f}")
     print(f"{variant:<24} seed {seed}: {text} ({summary['seconds']:.0f} s); "
           f"{len(todo) - 1} runs left", flush=True)

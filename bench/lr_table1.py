@@ -291,6 +291,12 @@ def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
             "`--config.data.options.normalize=center` (the official preprocessing) gave test "
             "accuracy 0.9045 and ECE 0.0754 against 0.9043 and 0.0771 standardised: the input "
             "scaling does not move these numbers.",
+            "- The original test set is harder than the paper's random test sets: a check run "
+            "of `final,ce` seed 0 trained on `train[10000:]+test` and tested on `train[:10000]` "
+            "(`--config.data.splits.train=... --config.data.splits.test=...`) reached accuracy "
+            "0.9083 (ECE 0.0734), against 0.9043 on the original test set — inside the paper's "
+            "0.912 ± 0.003 at 2 std. Our accuracies below the paper's spread are measured on "
+            "the original split; one seed of each check, so read them as a direction.",
             "- Tuning runs once, on seed 0 (the paper tunes inside each of its 10 seeds); the "
             "selected value is retrained on every seed. No cut was made in tuning: every run "
             "has the full 50 epochs and every grid point.",

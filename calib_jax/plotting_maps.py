@@ -175,7 +175,7 @@ def class_reliability(counts: np.ndarray, confidence_sum: np.ndarray, hits_sum: 
   rows = math.ceil(num_classes / cols)
   fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 1.9 * rows + 0.4), squeeze=False,
                            sharex=True, sharey=True, layout="constrained")
-  eces = classwise_ece(counts, confidence_sum, hits_sum)
+  eces = calibration.ece_from_bins(confidence_sum, hits_sum, np.sum(counts, -1))
   for ax in axes.ravel():
     ax.axis("off")
   for k in range(num_classes):
@@ -198,9 +198,3 @@ def class_reliability(counts: np.ndarray, confidence_sum: np.ndarray, hits_sum: 
     fig.suptitle(title, fontsize=9)
   return plotting.save_png(fig, path)
 
-
-def classwise_ece(counts: np.ndarray, confidence_sum: np.ndarray,
-                  hits_sum: np.ndarray) -> np.ndarray:
-  """[C]: per class k, `sum_b (n_b / N) |freq_b - conf_b|` over the bins of p_k, i.e.
-  `metrics.ece_from_bins` of each class's bins (kept here for the callers of this name)."""
-  return calibration.ece_from_bins(confidence_sum, hits_sum, np.sum(counts, -1))

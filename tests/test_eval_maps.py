@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from calib_jax import data, models, plotting_maps
+from calib_jax import data, metrics, models, plotting_maps
 from calib_jax.training import builders, config_validation, evaluate, map_report, parallel
 from calib_jax.training import step as step_lib
 from test_eval import TINY_CLUTTER, clutter_config, tiny_fcn  # noqa: F401
@@ -122,8 +122,8 @@ def test_classwise_bins_known_answer():
   np.testing.assert_allclose(conf, [[1 - p, p], [1 - p, p]], rtol=1e-6)
   np.testing.assert_array_equal(hits, [[0, 1], [0, 1]])
   # Per class: |0 - (1 - p)| + |1 - p| over 2 pixels.
-  np.testing.assert_allclose(plotting_maps.classwise_ece(*map(np.asarray, (counts, conf, hits))),
-                             [1 - p, 1 - p], rtol=1e-6)
+  np.testing.assert_allclose(metrics.ece_from_bins(*map(np.asarray, (conf, hits)),
+                                                   np.sum(counts, -1)), [1 - p, 1 - p], rtol=1e-6)
   masked = map_report.classwise_bins(logits, labels, jnp.array([[True, False]]), 2)
   np.testing.assert_array_equal(masked[0], [[0, 1], [1, 0]])
 

@@ -85,19 +85,22 @@ def build_loss(config: ml_collections.ConfigDict):
   return losses.get(config.loss, **config.loss_kwargs.to_dict())
 
 
-def num_train_examples(config: ml_collections.ConfigDict, meta: Any = None) -> int:
+def train_data_options(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """`make_dataset` options of the training split: `data.options` (every split) updated with
+  `data.train_options` (training only)."""
+  return {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
+
+
+def num_train_examples(config: ml_collections.ConfigDict) -> int:
   """Number of examples in the training split (after the `max_examples` option): the
   `num_examples` of the training stream `loop.open_train_stream` opens, counted by the data
   pipeline itself (`calib_jax.data.num_examples`, same split, data dir and options).
 
-  Prepares a locally built dataset on first use. `meta` is not needed (kept for callers that
-  pass it).
+  Prepares a locally built dataset on first use.
   """
-  del meta
   from calib_jax import data  # Deferred: imports TensorFlow.
-  options = {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
   return data.num_examples(config.data.name, split(config, "train"), data_dir=config.data.dir,
-                           **options)
+                           **train_data_options(config))
 
 
 def resolve_length(config: ml_collections.ConfigDict, num_train_examples: int) -> tuple[int, int]:

@@ -93,10 +93,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     _check_registry(problems, "model", config.model, models.names(),
                     lambda: builders.build_model(config, meta))
   if meta is not None:
-    for field in ("options", "train_options"):  # options is every split's, train_options adds
-      options = config.data.options.to_dict()
-      if field == "train_options":
-        options.update(config.data.train_options.to_dict())
+    # Every split's options, then the training split's; a problem is reported once.
+    for field, options in (("options", config.data.options.to_dict()),
+                           ("train_options", builders.train_data_options(config))):
       try:
         data.PipelineOptions.create(meta, options)
       except (ValueError, TypeError) as e:

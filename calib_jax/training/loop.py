@@ -47,7 +47,7 @@ def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
 def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
   """The training batches from data position `start_step` on (this process's share)."""
   from calib_jax import data
-  options = {**config.data.options.to_dict(), **config.data.train_options.to_dict()}
+  options = builders.train_data_options(config)
   if config.crl_weight > 0:
     options["return_index"] = True  # CRL keys its correctness history by example position
   return iter(data.make_dataset(

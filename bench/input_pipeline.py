@@ -1,14 +1,17 @@
 """Input-pipeline throughput (examples/s) of calib_jax.data on this machine.
 
-Two workloads:
+Three workloads:
   * CIFAR-style: clutter_objects (32x32 PNGs read from tfrecords), with the CIFAR recipe
     (pad-4 crop + flip) and with the ALS recipe (box-aware inception crop + exact objectness
     + 15 % context samples).
+  * Caches: the CIFAR-style stream in the epochs after the first, without and with the
+    training stream's in-memory caches ('decoded' with augmentation, 'processed' without).
   * ImageNet-style: a generated ImageNet-like tfds dataset (JPEGs of 300..500 px with 1-3
     boxes), inception crop to 224x224 + flip, without and with objectness/context samples.
 
 Usage:
-  python bench/input_pipeline.py [--batches 30] [--repeats 3] [--data_dir /tmp/calib_bench_tfds]
+  python bench/input_pipeline.py [--batches 30] [--repeats 3] [--which cifar|cache|imagenet|all]
+      [--data_dir /tmp/calib_bench_tfds]
 
 Prints one markdown row per configuration: the best and the median of ``--repeats`` timed
 runs (fresh pipeline each). Numbers depend on the CPU cores free at the time - on a shared
@@ -67,8 +70,10 @@ class BenchImagenetLike(tfds.core.GeneratorBasedBuilder):
                 "objects": {"bbox": boxes}}
 
 
-def _throughput(make, batches: int, warmup: int = 3) -> float:
+def _throughput(make, batches: int, warmup: int = 3, after_epoch: bool = False) -> float:
   it = make()
+  if after_epoch:  # The caches are filled by the first epoch: time the later ones.
+    warmup += it.batches_per_epoch
   for _ in range(warmup):
     batch = next(it)
   size = len(batch["label"])
@@ -83,7 +88,7 @@ def main() -> None:
   parser.add_argument("--batches", type=int, default=30)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--data_dir", default="/tmp/calib_bench_tfds")
-  parser.add_argument("--which", choices=("cifar", "imagenet", "all"), default="all")
+  parser.add_argument("--which", choices=("cifar", "imagenet", "cache", "all"), default="all")
   args = parser.parse_args()
   d = args.data_dir
 
@@ -99,6 +104,21 @@ def main() -> None:
         ("CIFAR-style 32x32: + mask variant", "clutter_objects",
          dict(common, mask_variant=True, context_rate=0.15)),
     ]
+  if args.which in ("cache", "all"):
+    # Epochs after the first, with and without the training stream's caches (`data.caching`).
+    common = dict(batch_size=256, train=True, data_dir=d)
+    augmented = dict(common, crop="pad", flip=True)
+    plain = dict(common, crop="none", flip=False)
+    configs += [
+        ("CIFAR-style 32x32, pad-4 crop + flip, after epoch 1: no cache", "clutter_objects",
+         dict(augmented, cache="none"), True),
+        ("CIFAR-style 32x32, pad-4 crop + flip, after epoch 1: cache='decoded'",
+         "clutter_objects", dict(augmented, cache="decoded"), True),
+        ("CIFAR-style 32x32, no augmentation, after epoch 1: no cache", "clutter_objects",
+         dict(plain, cache="none"), True),
+        ("CIFAR-style 32x32, no augmentation, after epoch 1: cache='processed'",
+         "clutter_objects", dict(plain, cache="processed"), True),
+    ]
   if args.which in ("imagenet", "all"):
     tfds.builder("bench_imagenet_like", data_dir=d).download_and_prepare()
     common = dict(batch_size=64, train=True, data_dir=d, tfds_name="bench_imagenet_like",
@@ -113,10 +133,11 @@ def main() -> None:
   print(f"cpu cores visible: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}")
   print("| pipeline | batch | examples/s (best) | examples/s (median) |")
   print("|---|---|---|---|")
-  for label, name, kw in configs:
+  for label, name, kw, *after_epoch in configs:
     def make(name=name, kw=kw):
       return data.make_dataset(name, "train[:100%]", process_index=0, process_count=1, **kw)
-    rates = [_throughput(make, args.batches) for _ in range(args.repeats)]
+    rates = [_throughput(make, args.batches, after_epoch=bool(after_epoch))
+             for _ in range(args.repeats)]
     print(f"| {label} | {kw['batch_size']} | {max(rates):,.0f} | {np.median(rates):,.0f} |",
           flush=True)
 

@@ -132,6 +132,10 @@ CROPS: dict[str, CropFn] = {
     "none": none,
     "center": center,
 }
+# The crops that draw nothing at random (a training stream with one of them, no flip and no ALS
+# context samples can be cached after processing, `caching`).
+DETERMINISTIC_CROPS = ("none", "center")
+RANDOM_CROPS = tuple(name for name in CROPS if name not in DETERMINISTIC_CROPS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,11 @@ import numpy as np
 from calib_jax.data import crops, registry
 from calib_jax.data.registry import DatasetMeta
 
-__all__ = ["NORMALIZATIONS", "PipelineOptions"]
+__all__ = ["CACHE_MODES", "NORMALIZATIONS", "PipelineOptions"]
+
+# In-memory caches of a training stream (`caching`): the processed examples, the decoded
+# images, or none; the option's default None chooses automatically.
+CACHE_MODES = ("processed", "decoded", "none")
 
 # How pixels become model inputs: 'standardize' = (x/255 - mean) / std with the dataset's
 # per-channel statistics (the torchvision convention of the MbLS/ACLS code); 'center' =
@@ -61,6 +65,11 @@ class PipelineOptions:
       exponential back-off, about 205 s before an offline machine gives up).
     normalize: 'standardize' ((x/255 - mean) / std, the default) or 'center' (x/255 - mean),
       see `NORMALIZATIONS`.
+    cache: training: what of the host's shard is kept in memory after the first epoch, so
+      later epochs skip that work; the batches are bit-identical either way (`caching`).
+      'processed' (model inputs; needs a processing without randomness), 'decoded' (images),
+      'none', or None (default): 'processed' if it applies, else 'decoded' unless the crop is
+      'inception', each only if the shard fits in `caching.CACHE_MAX_BYTES` (1 GiB).
   """
   objectness: bool = False
   context_rate: float = 0.0
@@ -83,6 +92,7 @@ class PipelineOptions:
   download: bool = True
   download_retries: int = 3
   normalize: str = "standardize"
+  cache: str | None = None
 
   @classmethod
   def create(cls, meta: DatasetMeta, options: dict[str, Any]) -> "PipelineOptions":
@@ -119,6 +129,9 @@ class PipelineOptions:
       with_boxes = [n for n in registry.names() if registry.info(n).has_boxes]
       raise ValueError(f"{name} has no object boxes, so {box_opts} cannot be used; datasets "
                        f"with boxes: {with_boxes}.")
+    if self.cache is not None and self.cache not in CACHE_MODES:
+      raise ValueError(f"{name}: cache must be one of {CACHE_MODES} or None (automatic), got "
+                       f"{self.cache!r}.")
     if self.normalize not in NORMALIZATIONS:
       raise ValueError(f"{name}: normalize must be one of {NORMALIZATIONS}, got "
                        f"{self.normalize!r}.")

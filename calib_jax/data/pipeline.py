@@ -5,7 +5,7 @@ is the host's shard shuffled with seed ``(seed, e)`` and cut to a whole number o
 every random augmentation of an example is drawn from stateless ops seeded with
 ``(seed, e, global example index)``, so neither thread scheduling nor where the stream was
 started changes a single pixel. ``start_batch=k`` therefore starts at epoch ``k // B_e`` and
-skips ``k % B_e`` batches of *undecoded* records (``B_e`` batches per epoch).
+skips ``k % B_e`` batches of records before they are processed (``B_e`` batches per epoch).
 
 Evaluation is one pass in file order; every host yields the same number of batches (the last
 ones padded with ``mask=False`` examples) so that metrics summed over hosts are exact.
@@ -25,7 +25,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from calib_jax.data import builders  # noqa: F401  (registers the local tfds builders)
-from calib_jax.data import checks, prepare, processors, registry
+from calib_jax.data import caching, checks, prepare, processors, registry
 from calib_jax.data.options import PipelineOptions
 
 __all__ = ["Batches", "PipelineOptions", "make_dataset", "num_examples"]
@@ -128,20 +128,35 @@ def _batches_per_epoch(num_examples: int, batch_size: int, process_count: int, n
   return batches
 
 
-def _train_stream(examples, processor, *, num_examples, batches_per_epoch, batch_size, seed,
-                  start_batch, process_count, opts) -> tf.data.Dataset:
+def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch, batch_size,
+                  seed, start_batch, process_count, opts, stored_shape) -> tf.data.Dataset:
   per_host = num_examples // process_count
   per_epoch = batches_per_epoch * batch_size
   first_epoch, offset = divmod(start_batch, batches_per_epoch)
   buffer = min(opts.shuffle_buffer, per_host + 1)
 
-  def epoch(e):
-    shuffled = examples.shuffle(buffer, seed=_epoch_seed(seed, e), reshuffle_each_iteration=False)
-    return shuffled.take(per_epoch).map(lambda index, ex: (e, index, ex))
-
   def process(e, index, ex):
     return _with_index(processor(ex, tf.stack([_epoch_seed(seed, e), index]), index), index,
                        opts)
+
+  # Processed once (epoch 0's seed; a processing without randomness does not read it).
+  processed = examples.map(lambda index, ex: (index, process(0, index, ex)),
+                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  cache = caching.choose(
+      opts.cache, name=spec.meta.name, has_images=spec.source.image_key is not None,
+      random_processing=caching.processing_is_random(processor),
+      inception_crop=getattr(processor, "crop_name", None) == "inception",
+      decoded_bytes=caching.decoded_bytes(stored_shape),
+      processed_bytes=caching.element_bytes(processed.element_spec), records=per_host,
+      records_left_out=per_host - per_epoch, shuffle_buffer=buffer)
+  if cache == "processed":
+    examples, process = processed.cache(), lambda e, index, ex: ex
+  elif cache == "decoded":
+    examples = caching.decode_images(examples, spec).cache()
+
+  def epoch(e):
+    shuffled = examples.shuffle(buffer, seed=_epoch_seed(seed, e), reshuffle_each_iteration=False)
+    return shuffled.take(per_epoch).map(lambda index, ex: (e, index, ex))
 
   ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
   ds = ds.skip(offset * batch_size)
@@ -297,9 +312,10 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   if train:
     per_epoch = _batches_per_epoch(count, batch_size, process_count,
                                    f"{name} split {split!r}")
-    ds = _train_stream(examples, processor, num_examples=count, batches_per_epoch=per_epoch,
-                       batch_size=batch_size, seed=int(seed), start_batch=int(start_batch),
-                       process_count=process_count, opts=opts)
+    ds = _train_stream(examples, processor, spec, num_examples=count,
+                       batches_per_epoch=per_epoch, batch_size=batch_size, seed=int(seed),
+                       start_batch=int(start_batch), process_count=process_count, opts=opts,
+                       stored_shape=stored_shape)
     return Batches(_checked(ds, name, split, num_classes, stored_shape), num_examples=count,
                    num_batches=None, batches_per_epoch=per_epoch)
   ds = _eval_stream(examples, processor, batch_size=batch_size, opts=opts)

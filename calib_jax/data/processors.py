@@ -91,7 +91,7 @@ class ClassificationProcessor:
     if crop not in crops.CROPS:
       raise ValueError(f"{meta.name}: crop must be one of {tuple(crops.CROPS)} (crops.CROPS), "
                        f"got {crop!r}.")
-    self.crop = crops.CROPS[crop]
+    self.crop_name, self.crop = crop, crops.CROPS[crop]
     self.pad = recipe.pad
     self.scale = opts.crop_scale or recipe.scale
     self.ratio = opts.crop_ratio or recipe.ratio

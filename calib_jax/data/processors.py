@@ -3,8 +3,9 @@
 A processor is built once per stream (`make_processor(spec, opts, train, stored_shape)`) and
 called inside tf.data as ``processor(example, seed, index)`` on one tfds example (its image
 encoded, or decoded by the stream's cache, `caching`), an int64 ``[2]`` stateless seed
-(``(epoch seed, example index)``) and the example's position in the split; it returns the example's model input, 'label' and 'mask'. Every random choice is drawn
-from ``seed``, so a stream is a pure function of its seed.
+(``(epoch seed, example index)``) and the example's position in the split; it returns the
+example's model input, 'label' and 'mask'. Every random choice is drawn from ``seed``, so a
+stream is a pure function of its seed.
 
 `finish_batch` is the batch-level step after batching (objectness of a whole batch at once).
 """

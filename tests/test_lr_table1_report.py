@@ -1,4 +1,5 @@
 """bench/lr_table1.py's bookkeeping on stand-in summaries: selection, run plan, report."""
+import importlib
 import importlib.util
 import json
 import os
@@ -53,3 +54,60 @@ def test_selection_plan_and_report(study, tmp_path):
   assert "0.912 ± 0.002" in line and "0.016 ± 0.001" in line and line.count("yes") == 2
   assert "| LR | alpha | 0.4 | diverged | diverged |" in text
   assert os.path.exists(tmp_path / "label_relaxation_table1.md")
+
+
+def test_claim_verdicts(study):
+  report = importlib.import_module("lr_table1_report")  # put on sys.path by bench/lr_table1.py
+  claim = report.Claim("x", "ece", (("lr", "ece"), ("ls", "ece"), ("ce", None)), ("lr", "ece"))
+  lr, ls, ce = ("lr", "ece"), ("ls", "ece"), ("ce", None)
+  verdict = lambda stats: report.verdict(claim, stats)[1]
+  assert verdict({lr: (0.012, 0.001, 3), ls: (0.018, 0.002, 3), ce: (0.08, 0.01, 3)}) == "holds"
+  assert verdict({lr: (0.012, 0.0, 1), ls: (0.018, 0.0, 1), ce: (0.08, 0.0, 1)}) == (
+      "holds on one seed (no spread yet)")
+  assert verdict({lr: (0.012, 0.004, 3), ls: (0.018, 0.002, 3), ce: (0.08, 0.01, 3)}) == (
+      "holds, but LS (ECE) is within the seed spread")
+  assert verdict({lr: (0.030, 0.001, 3), ls: (0.018, 0.002, 3), ce: (0.08, 0.01, 3)}) == (
+      "does not hold: LS (ECE) is better")
+  assert verdict({lr: (0.020, 0.002, 3), ls: (0.018, 0.002, 3), ce: (0.08, 0.01, 3)}) == (
+      "undecided: LS (ECE) and LR (ECE) within the seed spread")
+  assert verdict({lr: (0.012, 0.001, 3), ce: (0.08, 0.01, 3)}) == "pending (LS (ECE))"
+  ours, _ = report.verdict(claim, {lr: (0.012, 0.001, 3), ls: (0.018, 0.002, 3),
+                                   ce: (0.08, 0.01, 3)})
+  assert ours == "LR (ECE) 0.012 ± 0.001, LS (ECE) 0.018 ± 0.002"
+  # Accuracy: higher is better.
+  acc = report.Claim("y", "acc", (lr, ls), ls)
+  assert report.verdict(acc, {lr: (0.90, 0.001, 3), ls: (0.91, 0.001, 3)})[1] == "holds"
+
+
+def test_the_paper_column_of_the_claims_comes_from_its_table(study, tmp_path):
+  report = importlib.import_module("lr_table1_report")
+  lines = report.verdict_table(str(tmp_path), [0, 1, 2])
+  by_claim = {line.split(" | ")[0][2:]: line for line in lines[2:]}
+  assert len(by_claim) == len(report.CLAIMS)
+  assert "| FL (ECE) 0.011 |" in next(v for k, v in by_claim.items() if "tuned for ECE (" in k)
+  assert "| LS (acc.) 0.915 |" in next(v for k, v in by_claim.items() if "highest" in k)
+  assert all("pending" in line for line in lines[2:])  # no summaries in tmp_path
+
+
+def test_readme_block_is_written_between_the_markers(study, tmp_path):
+  report = importlib.import_module("lr_table1_report")
+  readme = tmp_path / "README.md"
+  readme.write_text(f"intro\n{report.README_BEGIN}\nold table\n{report.README_END}\nafter\n")
+  _write(tmp_path, study, "final,ce", 0, accuracy=0.904, ece=0.077)
+  report.update_readme(str(readme), str(tmp_path), [0, 1, 2])
+  text = readme.read_text()
+  assert text.startswith("intro\n") and text.endswith(f"{report.README_END}\nafter\n")
+  assert "old table" not in text and "| CE | – | 1/3 | 0.904 ± 0.000 |" in text
+  readme.write_text("no markers\n")
+  with pytest.raises(SystemExit, match="no .* markers"):
+    report.update_readme(str(readme), str(tmp_path), [0])
+
+
+def test_the_readme_table_is_the_committed_results(study):
+  """README's LR Table 1 block is what the committed summaries give (rerun
+  `bench/lr_table1.py --report_only --out_dir=docs/results --readme=README.md` after adding
+  summaries)."""
+  report = importlib.import_module("lr_table1_report")
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = f.read()
+  assert report.readme_block(os.path.join(ROOT, "docs", "results"), [0, 1, 2]) in readme

@@ -9,7 +9,11 @@ import os
 
 import pytest
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Eight fake devices are eight threads on (in CI) two cores: under load a collective's threads
+# can reach it more than XLA's default 40 s apart, which aborts the whole process ("7 of 8
+# device threads reached a collective ..."); the tests wait up to 10 min instead.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
+                      "--xla_cpu_collective_call_terminate_timeout_seconds=600")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -43,6 +43,7 @@ from jax import lax
 
 from calib_jax.metrics import _arrays
 from calib_jax.metrics import _checks
+from calib_jax.metrics import _predictions
 from calib_jax.metrics import calibration
 from calib_jax.metrics import segmentation
 
@@ -70,7 +71,7 @@ def make_batch(x: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
   # No optimization barrier around the argmax (the old single-program update had one against
   # XLA re-fusing it into every scatter): timed paired on XLA:CPU, N·C = 1e5·10 to 3e4·1000,
   # from logits and from probs, the update is the same speed with and without it (±2 %).
-  pred, conf = calibration.prediction_and_confidence(probs)
+  pred, conf = _predictions.prediction_and_confidence(probs)
   return Batch(probs=probs, labels=labels, mask=mask,
                valid=jnp.ones(labels.shape, bool) if mask is None else mask, pred=pred,
                confidence=conf, correct=pred == labels,

@@ -1,8 +1,6 @@
 """The training stream's in-memory caches (`data.caching`): every cache gives the batches of the
 uncached stream bit for bit (across epochs, on resume, over hosts), the automatic choice, and
 one-line errors for a cache that cannot apply."""
-import itertools
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,23 +8,12 @@ import tensorflow_datasets as tfds
 
 from calib_jax import data
 from calib_jax.data import caching, options, pipeline, processors, registry
+from test_data_pipeline import _assert_same, _take  # the stream helpers of the pipeline tests
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("tfds"))
-
-
-def _take(batches, n):
-  return list(itertools.islice(batches, n))
-
-
-def _assert_same(a, b):
-  assert len(a) == len(b)
-  for x, y in zip(a, b):
-    assert x.keys() == y.keys()
-    for k in x:
-      np.testing.assert_array_equal(x[k], y[k])
 
 
 def _chosen(monkeypatch):

@@ -309,6 +309,7 @@ def reliability_figure(out_dir: str, workdir: str, seeds: list[int]) -> str | No
 
   from calib_jax import plotting
   wanted = {"ce": None, "ls": "ece", "lr": "ece", "mbls": "ece", "acls": None}
+  grids = _study().GRIDS
   models = {}
   for key, variant, target in final_rows(out_dir):
     if key in wanted and wanted[key] == target and not variant.endswith("clip"):
@@ -316,12 +317,15 @@ def reliability_figure(out_dir: str, workdir: str, seeds: list[int]) -> str | No
       path = os.path.join(workdir, s["predictions"]) if s and "predictions" in s else ""
       if os.path.exists(path):
         saved = np.load(path)
-        models[f"{DISPLAY[key]} ({variant.split(',', 2)[-1]})"] = (saved["probs_pre"],
-                                                                   saved["labels"])
-  if not models:
-    return None
+        name = DISPLAY[key]
+        if key in grids:
+          name += f" ({grids[key][0]} = {variant.split(',')[2]})"
+        models[name] = (saved["probs_pre"], saved["labels"])
+  png = os.path.join(out_dir, "lr_table1_reliability.png")
+  if not models:  # No predictions here (a clone without the workdir): keep the committed one.
+    return png if os.path.exists(png) else None
   return plotting.reliability_diagrams(
-      models, os.path.join(out_dir, "lr_table1_reliability.png"),
+      models, png,
       title=f"Fashion-MNIST test, seed {seeds[0]}, before temperature scaling")
 
 

@@ -111,3 +111,14 @@ def test_the_readme_table_is_the_committed_results(study):
   with open(os.path.join(ROOT, "README.md")) as f:
     readme = f.read()
   assert report.readme_block(os.path.join(ROOT, "docs", "results"), [0, 1, 2]) in readme
+
+
+def test_report_without_predictions_keeps_the_committed_figure(study, tmp_path):
+  _write(tmp_path, study, "final,ce", 0, accuracy=0.904, ece=0.077,
+         predictions="final_ce/seed0/eval/predictions.npz")  # not in this workdir
+  text = study.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
+  assert "![reliability]" not in text
+  (tmp_path / "lr_table1_reliability.png").write_bytes(b"committed")
+  text = study.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
+  assert "![reliability](lr_table1_reliability.png)" in text
+  assert (tmp_path / "lr_table1_reliability.png").read_bytes() == b"committed"

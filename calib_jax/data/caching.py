@@ -35,14 +35,9 @@ CACHE_MAX_BYTES = 2**30
 
 
 def processing_is_random(processor) -> bool:
-  """Whether a training processor draws anything at random (then 'processed' cannot apply)."""
-  if isinstance(processor, processors.TextProcessor):
-    return False
-  if isinstance(processor, processors.ClassificationProcessor):
-    opts = processor.opts
-    return bool(processor.crop_name in crops.RANDOM_CROPS or processor.flip or
-                opts.mask_variant or opts.context_rate > 0)
-  return True  # Segmentation: random scale, pad and crop.
+  """Whether a processor draws anything from its seed (then 'processed' cannot apply); a
+  processor that does not say (``is_random``) is taken to."""
+  return bool(getattr(processor, "is_random", True))
 
 
 def element_bytes(spec) -> int | None:

@@ -75,8 +75,9 @@ def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
 def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
   known so far (so each row has a first number early); the other tunings; then every final on
-  every seed. The order only decides when a number arrives: selection reads tuning summaries
-  alone, so running a final before another loss's tuning cannot change what is chosen."""
+  every seed; last the test-split check (`pooled,ce,<k>` on seed k). The order only decides
+  when a number arrives: selection reads tuning summaries alone, so running a final before
+  another loss's tuning cannot change what is chosen."""
   study = _study()
   first = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in study.GRIDS[loss][1]]
   others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls")
@@ -87,6 +88,7 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
     todo += [(variant, seeds[0]) for variant in finals]
   todo += [(variant, 0) for variant in others]
   todo += [(variant, seed) for variant in finals for seed in seeds]
+  todo += [(f"pooled,ce,{fold}", fold) for fold in range(study.POOLED_FOLDS)]
   seen, result = set(), []
   for item in todo:
     if item not in seen and load_summary(out_dir, *item) is None:

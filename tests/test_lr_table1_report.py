@@ -122,3 +122,17 @@ def test_report_without_predictions_keeps_the_committed_figure(study, tmp_path):
   text = study.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
   assert "![reliability](lr_table1_reliability.png)" in text
   assert (tmp_path / "lr_table1_reliability.png").read_bytes() == b"committed"
+
+
+def test_split_check_note(study, tmp_path):
+  report = importlib.import_module("lr_table1_report")
+  assert report.split_check(str(tmp_path), [0, 1, 2]).endswith("Pending.")
+  assert ("pooled,ce,2", 2) in study.plan(str(tmp_path), [0, 1, 2])
+  _write(tmp_path, study, "final,ce", 0, accuracy=0.904, ece=0.077)
+  _write(tmp_path, study, "pooled,ce,0", 0, accuracy=0.908, ece=0.073)
+  _write(tmp_path, study, "pooled,ce,1", 1, accuracy=0.912, ece=0.071)
+  text = report.split_check(str(tmp_path), [0, 1, 2])
+  assert "On 2 fold(s): accuracy 0.910 ± 0.003 (ECE 0.072 ± 0.001)" in text
+  assert "against 0.904 ± 0.000 on the original test set (1 seed(s))" in text
+  assert "the paper's 0.912 ± 0.003 (inside its mean ± 2 std)" in text
+  assert ("pooled,ce,1", 1) not in study.plan(str(tmp_path), [0, 1, 2])

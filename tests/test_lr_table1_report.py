@@ -136,3 +136,17 @@ def test_split_check_note(study, tmp_path):
   assert "against 0.904 ± 0.000 on the original test set (1 seed(s))" in text
   assert "the paper's 0.912 ± 0.003 (inside its mean ± 2 std)" in text
   assert ("pooled,ce,1", 1) not in study.plan(str(tmp_path), [0, 1, 2])
+
+
+def test_not_worse_claims_hold_within_the_seed_spread(study):
+  report = importlib.import_module("lr_table1_report")
+  mbls, ce = ("mbls", "ece"), ("ce", None)
+  claim = report.Claim("keeps accuracy", "acc", (mbls, ce), mbls, kind="not_worse")
+  verdict = lambda stats: report.verdict(claim, stats)[1]
+  assert verdict({mbls: (0.903, 0.002, 3), ce: (0.904, 0.002, 3)}) == (
+      "holds: CE is better within the seed spread")
+  assert verdict({mbls: (0.895, 0.001, 3), ce: (0.904, 0.001, 3)}) == (
+      "does not hold: CE is better")
+  assert verdict({mbls: (0.906, 0.001, 3), ce: (0.904, 0.001, 3)}) == "holds"
+  assert verdict({mbls: (0.903, 0.0, 1), ce: (0.904, 0.0, 1)}) == (
+      "does not hold on one seed: CE is better")

@@ -139,16 +139,19 @@ def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch,
     return _with_index(processor(ex, tf.stack([_epoch_seed(seed, e), index]), index), index,
                        opts)
 
-  # Processed once (epoch 0's seed; a processing without randomness does not read it).
-  processed = examples.map(lambda index, ex: (index, process(0, index, ex)),
-                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  random_processing = caching.processing_is_random(processor)
+  processed = None
+  if not random_processing:  # Processed once (a processing without randomness ignores seeds).
+    processed = examples.map(lambda index, ex: (index, process(0, index, ex)),
+                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   cache = caching.choose(
       opts.cache, name=spec.meta.name, has_images=spec.source.image_key is not None,
-      random_processing=caching.processing_is_random(processor),
+      random_processing=random_processing,
       inception_crop=getattr(processor, "crop_name", None) == "inception",
       decoded_bytes=caching.decoded_bytes(stored_shape),
-      processed_bytes=caching.element_bytes(processed.element_spec), records=per_host,
-      records_left_out=per_host - per_epoch, shuffle_buffer=buffer)
+      processed_bytes=(None if processed is None else
+                       caching.element_bytes(processed.element_spec)),
+      records=per_host, records_left_out=per_host - per_epoch, shuffle_buffer=buffer)
   if cache == "processed":
     examples, process = processed.cache(), lambda e, index, ex: ex
   elif cache == "decoded":

@@ -23,6 +23,8 @@ import shlex
 import jax
 import pytest
 
+from python_source import parse_file  # parsed in a child process: a 3.11 ast.parse race
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_FILES = ["README.md"] + sorted(os.path.relpath(p, ROOT)
                                    for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
@@ -130,7 +132,7 @@ def test_python_blocks_run(rel, tmp_path, monkeypatch):
 def _defined_flags(path: str) -> dict[str, list | None]:
   """`{name: enum values or None}` of the absl flags `path` defines (DEFINE_*("name", ...))."""
   found = {}
-  for node in ast.walk(ast.parse(_read(path))):
+  for node in ast.walk(parse_file(os.path.join(ROOT, path))):
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
         and node.func.attr.startswith("DEFINE_") and node.args
         and isinstance(node.args[0], ast.Constant)):

@@ -3,6 +3,8 @@ training loop and the evaluation program never import each other."""
 import ast
 import os
 
+from python_source import parse_files  # parsed in a child process: a 3.11 ast.parse race
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "calib_jax")
 
@@ -20,10 +22,11 @@ def _graph():
         path = os.path.join(folder, name)
         modules[_module_name(path)] = path
   graph = {}
+  trees = dict(zip(modules, parse_files(tuple(modules.values()))))
   for module, path in modules.items():
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     edges = set()
-    for node in ast.walk(ast.parse(open(path).read())):
+    for node in ast.walk(trees[module]):
       if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
       elif isinstance(node, ast.ImportFrom):

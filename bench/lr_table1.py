@@ -26,10 +26,12 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The summaries, selection and report live in lr_table1_report (this file runs the study).
-from lr_table1_report import (CONFIG, DISPLAY, PAPER, TUNED, Summary, _study,  # noqa: E402,F401
-                              final_rows, load_summary, select, summary_path, tuning_scores,
-                              update_readme, write_report)
+# This file runs the study; the summaries and selection live in lr_table1_summaries, the
+# papers' claims in lr_table1_claims, the tables and figure in lr_table1_report.
+from lr_table1_report import update_readme, write_report  # noqa: E402
+from lr_table1_summaries import (CONFIG, DISPLAY, PAPER, TUNED, Summary,  # noqa: E402,F401
+                                 final_rows, load_summary, select, study_module, summary_path,
+                                 tuning_scores)
 
 
 def summarize(results: dict[str, Any], seconds: float) -> Summary:
@@ -78,7 +80,7 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   every seed; last the test-split check (`pooled,ce,<k>` on seed k). The order only decides
   when a number arrives: selection reads tuning summaries alone, so running a final before
   another loss's tuning cannot change what is chosen."""
-  study = _study()
+  study = study_module()
   first = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in study.GRIDS[loss][1]]
   others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls")
             for v in study.GRIDS[loss][1]]

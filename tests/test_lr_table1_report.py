@@ -26,7 +26,7 @@ def _write(out_dir, study, variant, seed, **values):
 
 
 def test_selection_plan_and_report(study, tmp_path):
-  grid = study._study().GRIDS["lr"][1]
+  grid = study.study_module().GRIDS["lr"][1]
   for value in grid:  # accuracy peaks at 0.1, ECE is lowest at 0.3; 0.4 diverged
     if value == 0.4:
       _write(tmp_path, study, f"tune,lr,{value:g}", 0, diverged="Non-finite at step 3")
@@ -40,7 +40,7 @@ def test_selection_plan_and_report(study, tmp_path):
   assert plan.index(("tune,ls,0.4", 0)) < plan.index(("final,ce", 0))  # LR and LS tuning first
   assert ("final,lr,0.3", 2) in plan
   # Once LR and LS are tuned, each known final's seed 0 comes before the other grids.
-  for value in study._study().GRIDS["ls"][1]:
+  for value in study.study_module().GRIDS["ls"][1]:
     _write(tmp_path, study, f"tune,ls,{value:g}", 0, accuracy=0.9, ece=0.02 + value)
   plan = study.plan(str(tmp_path), [0, 1, 2])
   assert plan[:2] == [("final,ce", 0), ("final_ts,ce", 0)]
@@ -57,10 +57,10 @@ def test_selection_plan_and_report(study, tmp_path):
 
 
 def test_claim_verdicts(study):
-  report = importlib.import_module("lr_table1_report")  # put on sys.path by bench/lr_table1.py
-  claim = report.Claim("x", "ece", (("lr", "ece"), ("ls", "ece"), ("ce", None)), ("lr", "ece"))
+  claims = importlib.import_module("lr_table1_claims")  # put on sys.path by bench/lr_table1.py
+  claim = claims.Claim("x", "ece", (("lr", "ece"), ("ls", "ece"), ("ce", None)), ("lr", "ece"))
   lr, ls, ce = ("lr", "ece"), ("ls", "ece"), ("ce", None)
-  verdict = lambda stats: report.verdict(claim, stats)[1]
+  verdict = lambda stats: claims.verdict(claim, stats)[1]
   assert verdict({lr: (0.012, 0.001, 3), ls: (0.018, 0.002, 3), ce: (0.08, 0.01, 3)}) == "holds"
   assert verdict({lr: (0.012, 0.0, 1), ls: (0.018, 0.0, 1), ce: (0.08, 0.0, 1)}) == (
       "holds on one seed (no spread yet)")
@@ -71,19 +71,19 @@ def test_claim_verdicts(study):
   assert verdict({lr: (0.020, 0.002, 3), ls: (0.018, 0.002, 3), ce: (0.08, 0.01, 3)}) == (
       "undecided: LS (ECE) and LR (ECE) within the seed spread")
   assert verdict({lr: (0.012, 0.001, 3), ce: (0.08, 0.01, 3)}) == "pending (LS (ECE))"
-  ours, _ = report.verdict(claim, {lr: (0.012, 0.001, 3), ls: (0.018, 0.002, 3),
-                                   ce: (0.08, 0.01, 3)})
+  ours, _ = claims.verdict(claim, {lr: (0.012, 0.001, 3), ls: (0.018, 0.002, 3),
+                                 ce: (0.08, 0.01, 3)})
   assert ours == "LR (ECE) 0.012 ± 0.001, LS (ECE) 0.018 ± 0.002"
   # Accuracy: higher is better.
-  acc = report.Claim("y", "acc", (lr, ls), ls)
-  assert report.verdict(acc, {lr: (0.90, 0.001, 3), ls: (0.91, 0.001, 3)})[1] == "holds"
+  acc = claims.Claim("y", "acc", (lr, ls), ls)
+  assert claims.verdict(acc, {lr: (0.90, 0.001, 3), ls: (0.91, 0.001, 3)})[1] == "holds"
 
 
 def test_the_paper_column_of_the_claims_comes_from_its_table(study, tmp_path):
-  report = importlib.import_module("lr_table1_report")
-  lines = report.verdict_table(str(tmp_path), [0, 1, 2])
+  claims = importlib.import_module("lr_table1_claims")
+  lines = claims.verdict_table(str(tmp_path), [0, 1, 2])
   by_claim = {line.split(" | ")[0][2:]: line for line in lines[2:]}
-  assert len(by_claim) == len(report.CLAIMS)
+  assert len(by_claim) == len(claims.CLAIMS)
   assert "| FL (ECE) 0.011 |" in next(v for k, v in by_claim.items() if "tuned for ECE (" in k)
   assert "| LS (acc.) 0.915 |" in next(v for k, v in by_claim.items() if "highest" in k)
   assert all("pending" in line for line in lines[2:])  # no summaries in tmp_path
@@ -139,10 +139,10 @@ def test_split_check_note(study, tmp_path):
 
 
 def test_not_worse_claims_hold_within_the_seed_spread(study):
-  report = importlib.import_module("lr_table1_report")
+  claims = importlib.import_module("lr_table1_claims")
   mbls, ce = ("mbls", "ece"), ("ce", None)
-  claim = report.Claim("keeps accuracy", "acc", (mbls, ce), mbls, kind="not_worse")
-  verdict = lambda stats: report.verdict(claim, stats)[1]
+  claim = claims.Claim("keeps accuracy", "acc", (mbls, ce), mbls, kind="not_worse")
+  verdict = lambda stats: claims.verdict(claim, stats)[1]
   assert verdict({mbls: (0.903, 0.002, 3), ce: (0.904, 0.002, 3)}) == (
       "holds: CE is better within the seed spread")
   assert verdict({mbls: (0.895, 0.001, 3), ce: (0.904, 0.001, 3)}) == (

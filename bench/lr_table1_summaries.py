@@ -1,0 +1,155 @@
+"""The run summaries of the label-relaxation Table 1 study (`bench/lr_table1.py`): where they
+live, which grid value each tuned loss selects, and every final configuration as a `Row` with
+its mean ± std over seeds. The report (`lr_table1_report`) and the claims
+(`lr_table1_claims`) read the study through this module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import statistics
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "lr_table1.py")
+TUNED = ("ls", "ecp", "focal", "lr")
+DISPLAY = {"ce": "CE", "ls": "LS", "ecp": "CP", "focal": "FL", "lr": "LR", "mbls": "MbLS",
+           "acls": "ACLS"}
+# LR paper Table 1, Fashion-MNIST: (accuracy mean, std, ECE mean, std), 10 seeds.
+PAPER = {
+    ("ce", None): (0.912, 0.003, 0.129, 0.184),
+    ("ls", "acc"): (0.915, 0.002, 0.155, 0.128),
+    ("ecp", "acc"): (0.911, 0.004, 0.075, 0.005),
+    ("focal", "acc"): (0.911, 0.002, 0.062, 0.002),
+    ("lr", "acc"): (0.912, 0.003, 0.059, 0.008),
+    ("ce_ts", None): (0.908, 0.004, 0.030, 0.003),
+    ("ls", "ece"): (0.915, 0.003, 0.016, 0.002),
+    ("ecp", "ece"): (0.911, 0.003, 0.072, 0.003),
+    ("focal", "ece"): (0.907, 0.003, 0.011, 0.002),
+    ("lr", "ece"): (0.911, 0.003, 0.015, 0.003),
+}
+Summary = dict[str, Any]
+
+
+@functools.cache  # The config module is read once per process, not per table row.
+def study_module():
+  from calib_jax.training import config as config_lib
+  return config_lib.load_config_module(CONFIG)
+
+
+def summary_path(out_dir: str, variant: str, seed: int) -> str:
+  return os.path.join(out_dir, "lr_table1", variant.replace(",", "_"), f"seed{seed}.json")
+
+
+def load_summary(out_dir: str, variant: str, seed: int) -> Summary | None:
+  path = summary_path(out_dir, variant, seed)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def tuning_scores(out_dir: str, loss: str) -> dict[float, Summary] | None:
+  """Validation summaries of a loss's whole grid, or None while any is missing."""
+  study = study_module()
+  scores = {}
+  for value in study.GRIDS[loss][1]:
+    summary = load_summary(out_dir, f"tune,{loss},{value:g}", 0)
+    if summary is None:
+      return None
+    scores[value] = summary
+  return scores
+
+
+def select(scores: dict[float, Summary], target: str) -> float:
+  """The grid value with the highest validation accuracy or lowest ECE (first on ties);
+  a diverged run is never chosen."""
+  finished = {v: s for v, s in scores.items() if "diverged" not in s}
+  if target == "acc":
+    return max(finished, key=lambda v: finished[v]["accuracy"])
+  return min(finished, key=lambda v: finished[v]["ece"])
+
+
+def final_rows(out_dir: str) -> list[tuple[str, str, str | None]]:
+  """(row key, variant, selection target) of every final configuration known so far."""
+  rows = [("ce", "final,ce", None), ("ce_ts", "final_ts,ce", None)]
+  for loss in TUNED:
+    scores = tuning_scores(out_dir, loss)
+    if scores is not None:
+      for target in ("acc", "ece"):
+        rows.append((loss, f"final,{loss},{select(scores, target):g}", target))
+  scores = tuning_scores(out_dir, "mbls")
+  if scores is not None:
+    margin = select(scores, "ece")
+    rows += [("mbls", f"final,mbls,{margin:g}", "ece"),
+             ("mbls", f"final,mbls,{margin:g},clip", "ece")]
+  rows += [("acls", "final,acls", None), ("acls", "final,acls,clip", None)]
+  return rows
+
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+  return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def fmt_mean_std(mean: float, std: float) -> str:
+  return f"{mean:.3f} ± {std:.3f}"
+
+
+def seed_summaries(out_dir: str, variant: str, seeds: list[int]) -> list[Summary]:
+  return [s for seed in seeds if (s := load_summary(out_dir, variant, seed)) is not None]
+
+
+def within_spread(ours: tuple[float, float], paper: tuple[float, float]) -> str:
+  """'yes' if our mean lies within the paper's mean ± 2 std (its seed spread)."""
+  return "yes" if abs(ours[0] - paper[0]) <= 2 * paper[1] else "no"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One final configuration and what its seeds gave on the test set."""
+  key: str                 # 'ce', 'ce_ts', a loss of TUNED, 'mbls', 'acls'
+  variant: str
+  target: str | None       # the selection target of a tuned value ('acc', 'ece') or None
+  runs: int                # seeds with a summary (finished or diverged)
+  acc: tuple[float, float] | None  # mean, sample std over the finished seeds
+  ece: tuple[float, float] | None  # (CE + T: after the grid temperature)
+  finished: int
+
+  @property
+  def clipped(self) -> bool:
+    return self.variant.endswith("clip")
+
+  @property
+  def label(self) -> str:
+    loss = "ce" if self.key == "ce_ts" else self.key
+    text = {"ce_ts": "CE + T opt. (grid, ECE)"}.get(self.key, DISPLAY[loss])
+    if self.target:
+      text += f" (opt. for {'acc.' if self.target == 'acc' else 'ECE'})"
+    return text + (", clip 2" if self.clipped else "")
+
+  @property
+  def chosen(self) -> str:
+    parts = self.variant.split(",")
+    return parts[2] if len(parts) > 2 and parts[2] != "clip" else "–"
+
+
+def rows(out_dir: str, seeds: list[int]) -> list[Row]:
+  """Every final configuration known so far with its mean ± std over the finished seeds."""
+  result = []
+  for key, variant, target in final_rows(out_dir):
+    runs = seed_summaries(out_dir, variant, seeds)
+    done = [r for r in runs if "diverged" not in r]
+    ece_key = "ece_post_grid" if key == "ce_ts" else "ece"
+    acc = mean_std([r["accuracy"] for r in done]) if done else None
+    ece = mean_std([r[ece_key] for r in done]) if done else None
+    result.append(Row(key, variant, target, len(runs), acc, ece, len(done)))
+  return result

@@ -93,7 +93,7 @@ def test_text_is_cached_after_tokenizing(monkeypatch):
 
 
 def _choose(requested=None, **overrides):
-  kw = dict(name="ds", has_images=True, random_processing=False, inception_crop=False,
+  kw = dict(name="ds", has_images=True, random_processing=False, window_decoding=False,
             decoded_bytes=784, processed_bytes=3136, records=60000, records_left_out=32,
             shuffle_buffer=50000)
   kw.update(overrides)
@@ -103,7 +103,7 @@ def _choose(requested=None, **overrides):
 def test_automatic_choice():
   assert _choose() == "processed"
   assert _choose(random_processing=True) == "decoded"
-  assert _choose(random_processing=True, inception_crop=True) == "none"
+  assert _choose(random_processing=True, window_decoding=True) == "none"
   assert _choose(random_processing=True, decoded_bytes=None) == "none"  # shapes vary
   assert _choose(processed_bytes=None) == "decoded"
   # Over the memory budget: 1.2 GB of processed examples, then of decoded ones.
@@ -117,7 +117,7 @@ def test_automatic_choice():
 
 def test_requested_caches_apply_or_say_why_not():
   assert _choose("none") == "none"
-  assert _choose("decoded", inception_crop=True) == "decoded"  # asked for: the user's call
+  assert _choose("decoded", window_decoding=True) == "decoded"  # asked for: the user's call
   assert _choose("processed", processed_bytes=10**9) == "processed"
   with pytest.raises(ValueError, match=r"ds: cache='processed' needs a training processing "
                                        r"without randomness .*use cache='decoded'"):
@@ -139,7 +139,7 @@ def test_bad_cache_option_lists_the_choices(data_dir):
   assert options.CACHE_MODES == caching.CACHE_MODES
 
 
-def test_processing_is_random_follows_crop_flip_and_als_options():
+def test_processors_say_what_caching_may_keep():
   def processor(name, **opts):
     spec = registry.spec(name)
     return processors.make_processor(
@@ -154,6 +154,13 @@ def test_processing_is_random_follows_crop_flip_and_als_options():
                                                 context_rate=0.1))
   assert caching.processing_is_random(processor("voc2012_seg"))
   assert not caching.processing_is_random(processor("newsgroups20"))
+  # Decoding only a window of each JPEG: the inception crop, and a processor that does not say.
+  assert caching.decodes_window(processor("clutter_objects"))  # its recipe's inception crop
+  assert not caching.decodes_window(processor("clutter_objects", crop="pad"))
+  assert not caching.decodes_window(processor("cifar10"))
+  assert not caching.decodes_window(processor("voc2012_seg"))
+  assert not caching.decodes_window(processor("newsgroups20"))
+  assert caching.decodes_window(object()) and caching.processing_is_random(object())
 
 
 def test_element_bytes():

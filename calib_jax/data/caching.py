@@ -27,7 +27,7 @@ from calib_jax.data.options import CACHE_MODES
 from calib_jax.data.registry import DatasetSpec
 
 __all__ = ["CACHE_MAX_BYTES", "CACHE_MODES", "choose", "decode_images", "decoded_bytes",
-           "element_bytes", "processing_is_random"]
+           "element_bytes", "processing_is_random", "decodes_window"]
 
 # Host memory an automatic cache may take for one training shard. Processed: Fashion-MNIST
 # 188 MB (float32 28x28); decoded: CIFAR-10 154 MB, Tiny ImageNet 1.2 GB (not cached).
@@ -38,6 +38,13 @@ def processing_is_random(processor) -> bool:
   """Whether a processor draws anything from its seed (then 'processed' cannot apply); a
   processor that does not say (``is_random``) is taken to."""
   return bool(getattr(processor, "is_random", True))
+
+
+def decodes_window(processor) -> bool:
+  """Whether a processor decodes only a window of each JPEG (then a cache of whole decoded
+  images would not be bit-equal, and the automatic choice does not make one); a processor that
+  does not say (``decodes_window``) is taken to."""
+  return bool(getattr(processor, "decodes_window", True))
 
 
 def element_bytes(spec) -> int | None:
@@ -51,7 +58,7 @@ def element_bytes(spec) -> int | None:
 
 
 def choose(requested: str | None, *, name: str, has_images: bool, random_processing: bool,
-           inception_crop: bool, decoded_bytes: int | None, processed_bytes: int | None,
+           window_decoding: bool, decoded_bytes: int | None, processed_bytes: int | None,
            records: int, records_left_out: int, shuffle_buffer: int) -> str:
   """The cache a training stream gets (a name of `CACHE_MODES`).
 
@@ -60,8 +67,8 @@ def choose(requested: str | None, *, name: str, has_images: bool, random_process
     name: the dataset, for error messages.
     has_images: whether examples hold an image to decode.
     random_processing: `processing_is_random` of the training processor.
-    inception_crop: the crop decodes only its window of a JPEG (a whole decode would not be
-      bit-equal), so the automatic choice does not cache decoded images.
+    window_decoding: `decodes_window` of the training processor: the automatic choice then
+      does not cache decoded images (a whole decode would not be bit-equal).
     decoded_bytes, processed_bytes: bytes of one decoded / processed example (None: varies).
     records: records of the host's shard; records_left_out: those an epoch does not use.
     shuffle_buffer: the stream's shuffle buffer.
@@ -78,7 +85,7 @@ def choose(requested: str | None, *, name: str, has_images: bool, random_process
       return "none"
     if not random_processing and fits(processed_bytes):
       return "processed"
-    if has_images and not inception_crop and fits(decoded_bytes):
+    if has_images and not window_decoding and fits(decoded_bytes):
       return "decoded"
     return "none"
   if requested == "none":

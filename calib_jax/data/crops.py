@@ -136,6 +136,9 @@ CROPS: dict[str, CropFn] = {
 # context samples can be cached after processing, `caching`).
 DETERMINISTIC_CROPS = ("none", "center")
 RANDOM_CROPS = tuple(name for name in CROPS if name not in DETERMINISTIC_CROPS)
+# The crops that decode only their window of a JPEG: decoding the whole image first (a cache of
+# decoded images) would not give the same pixels bit for bit.
+WINDOW_DECODING_CROPS = ("inception",)
 
 
 # --------------------------------------------------------------------------------------------

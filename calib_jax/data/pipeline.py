@@ -147,7 +147,7 @@ def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch,
   cache = caching.choose(
       opts.cache, name=spec.meta.name, has_images=spec.source.image_key is not None,
       random_processing=random_processing,
-      inception_crop=getattr(processor, "crop_name", None) == "inception",
+      window_decoding=caching.decodes_window(processor),
       decoded_bytes=caching.decoded_bytes(stored_shape),
       processed_bytes=(None if processed is None else
                        caching.element_bytes(processed.element_spec)),

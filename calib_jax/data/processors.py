@@ -92,11 +92,12 @@ class ClassificationProcessor:
     if crop not in crops.CROPS:
       raise ValueError(f"{meta.name}: crop must be one of {tuple(crops.CROPS)} (crops.CROPS), "
                        f"got {crop!r}.")
-    self.crop_name, self.crop = crop, crops.CROPS[crop]
-    # Whether processing draws anything from its seed (a stream without randomness can be
-    # cached after processing, `caching`).
+    self.crop = crops.CROPS[crop]
+    # What `caching` may keep of this stream: processed examples when processing draws nothing
+    # from its seed, decoded images unless the crop decodes only its window of a JPEG.
     self.is_random = train and (crop in crops.RANDOM_CROPS or bool(self.flip) or
                                 opts.mask_variant or opts.context_rate > 0)
+    self.decodes_window = crop in crops.WINDOW_DECODING_CROPS
     self.pad = recipe.pad
     self.scale = opts.crop_scale or recipe.scale
     self.ratio = opts.crop_ratio or recipe.ratio
@@ -171,6 +172,7 @@ class SegmentationProcessor:
     self.image_key, self.seg_key = source.image_key, source.seg_key
     self.train = train
     self.is_random = train  # random scale, pad and crop
+    self.decodes_window = False
     self.mean = tf.constant(meta.mean, tf.float32)
     self.std = _input_std(meta, opts)
     self.mean_pixel = self.mean * 255.0
@@ -213,7 +215,7 @@ class TextProcessor:
   def __init__(self, spec: DatasetSpec, opts: PipelineOptions, train: bool,
                stored_shape: tuple[int, ...] | None = None):
     del train, stored_shape  # Text is not augmented.
-    self.is_random = False
+    self.is_random = self.decodes_window = False
     meta, source = spec.meta, spec.source
     self.text_key, self.label_key = source.text_key, source.label_key
     self.length = opts.max_length or meta.max_length

@@ -76,8 +76,9 @@ def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
 
 def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
-  known so far (so each row has a first number early); the other tunings; then every final on
-  every seed; last the test-split check (`pooled,ce,<k>` on seed k). The order only decides
+  known so far (so each row has a first number early); the other tunings; then the other seeds,
+  seed by seed (every row gets a spread before any row gets its third seed); last the test-split
+  check (`pooled,ce,<k>` on seed k). The order only decides
   when a number arrives: selection reads tuning summaries alone, so running a final before
   another loss's tuning cannot change what is chosen."""
   study = study_module()
@@ -89,7 +90,7 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   if all(load_summary(out_dir, variant, 0) is not None for variant in first):
     todo += [(variant, seeds[0]) for variant in finals]
   todo += [(variant, 0) for variant in others]
-  todo += [(variant, seed) for variant in finals for seed in seeds]
+  todo += [(variant, seed) for seed in seeds for variant in finals]
   todo += [(f"pooled,ce,{fold}", fold) for fold in range(study.POOLED_FOLDS)]
   seen, result = set(), []
   for item in todo:

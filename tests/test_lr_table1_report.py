@@ -46,6 +46,8 @@ def test_selection_plan_and_report(study, tmp_path):
   assert plan[:2] == [("final,ce", 0), ("final_ts,ce", 0)]
   assert plan.index(("final,lr,0.3", 0)) < plan.index(("tune,focal,0.1", 0))
   assert plan.index(("tune,mbls,10", 0)) < plan.index(("final,lr,0.3", 1))
+  # Seed by seed: every row's second seed before any row's third.
+  assert plan.index(("final,lr,0.3", 1)) < plan.index(("final,ce", 2))
   for seed, (acc, ece) in enumerate([(0.91, 0.015), (0.912, 0.017), (0.914, 0.016)]):
     _write(tmp_path, study, "final,lr,0.3", seed, accuracy=acc, ece=ece)
   text = study.write_report(str(tmp_path), str(tmp_path), [0, 1, 2])

@@ -77,8 +77,8 @@ def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
 def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
   known so far (so each row has a first number early); the other tunings; then the other seeds,
-  seed by seed (every row gets a spread before any row gets its third seed); last the test-split
-  check (`pooled,ce,<k>` on seed k). The order only decides
+  seed by seed (every row gets a spread before any row gets its third seed); last the checks of
+  the test split (`pooled,ce,<k>` on seed k) and of the initialisation (`keras_init,ce`). The order only decides
   when a number arrives: selection reads tuning summaries alone, so running a final before
   another loss's tuning cannot change what is chosen."""
   study = study_module()
@@ -92,6 +92,7 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   todo += [(variant, 0) for variant in others]
   todo += [(variant, seed) for seed in seeds for variant in finals]
   todo += [(f"pooled,ce,{fold}", fold) for fold in range(study.POOLED_FOLDS)]
+  todo += [("keras_init,ce", 0)]
   seen, result = set(), []
   for item in todo:
     if item not in seen and load_summary(out_dir, *item) is None:

@@ -152,3 +152,17 @@ def test_not_worse_claims_hold_within_the_seed_spread(study):
   assert verdict({mbls: (0.906, 0.001, 3), ce: (0.904, 0.001, 3)}) == "holds"
   assert verdict({mbls: (0.903, 0.0, 1), ce: (0.904, 0.0, 1)}) == (
       "does not hold on one seed: CE is better")
+
+
+def test_init_check_note(study, tmp_path):
+  report = importlib.import_module("lr_table1_report")
+  assert report.init_check(str(tmp_path), [0, 1, 2]).endswith("Pending.")
+  plan = study.plan(str(tmp_path), [0, 1, 2])
+  assert plan[-1] == ("keras_init,ce", 0)  # after the table's runs and the split check
+  for seed, acc in enumerate((0.904, 0.906)):
+    _write(tmp_path, study, "final,ce", seed, accuracy=acc, ece=0.077)
+  _write(tmp_path, study, "keras_init,ce", 0, accuracy=0.9071, ece=0.0702)
+  text = report.init_check(str(tmp_path), [0, 1, 2])
+  assert text.endswith("Test accuracy 0.9071 and ECE 0.0702, against 0.905 ± 0.001 and "
+                       "0.077 ± 0.000 with ours (2 seed(s)).")
+  assert ("keras_init,ce", 0) not in study.plan(str(tmp_path), [0, 1, 2])

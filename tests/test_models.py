@@ -376,6 +376,25 @@ def test_mlp_matches_numpy_and_dropout_uses_the_rng():
   assert not np.allclose(a, b) and np.allclose(a, c)
 
 
+def test_mlp_kernel_init_by_name():
+  """The default is Flax's LeCun normal (bit-identical to an MLP built without the option);
+  'glorot_uniform' (Keras's default) draws from U(±sqrt(6 / (fan_in + fan_out)))."""
+  x = jnp.zeros((2, 784))
+  plain = models.get("mlp", 10).init(KEY, x)
+  default = models.get("mlp", 10, kernel_init="lecun_normal").init(KEY, x)
+  assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, plain, default))
+  glorot = models.get("mlp", 10, kernel_init="glorot_uniform").init(KEY, x)["params"]
+  for layer, (fan_in, fan_out) in (("dense0", (784, 1024)), ("head", (1024, 10))):
+    kernel = np.asarray(glorot[layer]["kernel"])
+    limit = np.sqrt(6 / (fan_in + fan_out))
+    assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.99 * limit
+    np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.05)
+    assert not glorot[layer]["bias"].any()
+  with pytest.raises(ValueError, match=r"kernel_init must be one of \('lecun_normal', "
+                                       r"'glorot_uniform', 'he_normal'\), got 'xavier'"):
+    models.get("mlp", 10, kernel_init="xavier")
+
+
 def test_cifar_resnet20_jit_forward_and_train_step():
   x = jax.random.normal(jax.random.key(5), (2, 16, 16, 3))
   model = models.get("cifar_resnet20", 10)

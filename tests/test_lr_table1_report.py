@@ -151,7 +151,7 @@ def test_not_worse_claims_hold_within_the_seed_spread(study):
       "does not hold: CE is better")
   assert verdict({mbls: (0.906, 0.001, 3), ce: (0.904, 0.001, 3)}) == "holds"
   assert verdict({mbls: (0.903, 0.0, 1), ce: (0.904, 0.0, 1)}) == (
-      "does not hold on one seed: CE is better")
+      "undecided on one seed: CE is ahead")
 
 
 def test_init_check_note(study, tmp_path):

@@ -1,4 +1,5 @@
 """The training loop on the offline `digits` dataset: exact resume, NaN stop, bad configs, logs."""
+import dataclasses
 import json
 import os
 
@@ -167,6 +168,23 @@ def test_validation_lists_every_problem_and_catches_typos():
   config = tiny_config()
   with pytest.raises(AttributeError, match="learning_rat"):  # the schema is locked
     config.optimizer.learning_rat = 0.1
+
+
+def test_a_configured_split_is_read_as_tfds_reads_it(monkeypatch):
+  """`data.splits.train = 'train'` is the whole tfds split, not the dataset's registered
+  training split that the role 'train' stands for when unset (Fashion-MNIST registers
+  'train[:55000]'; here digits is given 'train[:1000]' of its 1297 training images)."""
+  from calib_jax.data import registry
+  digits = registry.spec("digits")
+  monkeypatch.setitem(registry._SPECS, "digits", dataclasses.replace(
+      digits, meta=dataclasses.replace(digits.meta, train_split="train[:1000]")))
+  assert builders.split(tiny_config(), "train") == "train"  # the alias
+  assert loop.open_train_stream(tiny_config(), 0).num_examples == 1000
+  whole = tiny_config(**{"data.splits.train": "train", "data.splits.val": "train[:10]"})
+  assert builders.split(whole, "train") == "train[:100%]"
+  assert builders.split(whole, "val") == "train[:10]"
+  assert builders.num_train_examples(whole) == 1297
+  assert loop.open_train_stream(whole, 0).num_examples == 1297
 
 
 def test_epoch_length_matches_training_stream():

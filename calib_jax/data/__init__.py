@@ -20,8 +20,9 @@ geometry, objectness), `checks` (bad-data errors), `prepare` (finding / preparin
 from calib_jax.data.boxes import objectness
 from calib_jax.data.checks import DataError
 from calib_jax.data.crops import CROPS
-from calib_jax.data.pipeline import Batches, PipelineOptions, make_dataset, num_examples
+from calib_jax.data.pipeline import (Batches, PipelineOptions, make_dataset, num_examples,
+                                     tfds_split)
 from calib_jax.data.registry import DatasetMeta, info, names
 
 __all__ = ["Batches", "CROPS", "DataError", "DatasetMeta", "PipelineOptions", "info",
-           "make_dataset", "names", "num_examples", "objectness"]
+           "make_dataset", "names", "num_examples", "objectness", "tfds_split"]

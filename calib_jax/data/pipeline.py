@@ -28,9 +28,17 @@ from calib_jax.data import builders  # noqa: F401  (registers the local tfds bui
 from calib_jax.data import caching, checks, prepare, processors, registry
 from calib_jax.data.options import PipelineOptions
 
-__all__ = ["Batches", "PipelineOptions", "make_dataset", "num_examples"]
+__all__ = ["Batches", "PipelineOptions", "make_dataset", "num_examples", "tfds_split"]
 
 _SPLIT_ALIASES = ("train", "val", "test")
+
+
+def tfds_split(split: str) -> str:
+  """`split` as a split string that `make_dataset` reads as tfds does: the alias names
+  ('train', 'val', 'test' — the dataset's registered splits, e.g. Fashion-MNIST's
+  'train' = 'train[:55000]') become the whole tfds split of that name ('train[:100%]'); any
+  other string is returned unchanged."""
+  return f"{split}[:100%]" if split in _SPLIT_ALIASES else split
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,9 +54,16 @@ def data_problems(data_config: ml_collections.ConfigDict, num_devices: int) -> l
 
 
 def split(config: ml_collections.ConfigDict, role: str) -> str:
-  """The split to read for `role` ('train', 'val' or 'test'): `config.data.splits[role]` if set,
-  else the role itself, which `data.make_dataset` maps to the dataset's registered split."""
-  return config.data.splits.get(role, role)
+  """The split to read for `role` ('train', 'val' or 'test').
+
+  Unset in `config.data.splits`, the role itself, which `data.make_dataset` maps to the
+  dataset's registered split. Set, a tfds split string read as tfds reads it: 'train' is the
+  whole tfds train split (Fashion-MNIST's 60,000 images), not the registered 'train[:55000]' of
+  the alias (`data.tfds_split`)."""
+  if role not in config.data.splits:
+    return role
+  from calib_jax import data  # Deferred: imports TensorFlow.
+  return data.tfds_split(config.data.splits[role])
 
 
 def model_kwargs(config: ml_collections.ConfigDict, meta: Any) -> dict[str, Any]:

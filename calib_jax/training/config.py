@@ -59,7 +59,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.name = "clutter_objects"          # a name of the `calib_jax.data` registry
   c.data.dir = config_dict.placeholder(str)  # tfds data_dir (default ~/tensorflow_datasets)
   # Overrides of the dataset's splits: 'train' / 'val' / 'test' -> a tfds split string, e.g.
-  # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set.
+  # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set;
+  # 'train' is the whole tfds split (an unset role gets the dataset's registered split).
   c.data.splits = ml_collections.ConfigDict()
   c.data.options = ml_collections.ConfigDict()        # `make_dataset` options, every split
   c.data.train_options = ml_collections.ConfigDict()  # train split only (e.g. ALS objectness)

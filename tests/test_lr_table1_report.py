@@ -166,3 +166,18 @@ def test_init_check_note(study, tmp_path):
   assert text.endswith("Test accuracy 0.9071 and ECE 0.0702, against 0.905 ± 0.001 and "
                        "0.077 ± 0.000 with ours (2 seed(s)).")
   assert ("keras_init,ce", 0) not in study.plan(str(tmp_path), [0, 1, 2])
+
+
+def test_train_size_note_pairs_archived_runs_with_reruns(study, tmp_path):
+  report = importlib.import_module("lr_table1_report")
+  assert report.train_size_note(str(tmp_path)).endswith("Seed 0 on 60,000: pending.")
+  archive = tmp_path / report.ARCHIVE_55K
+  for variant, acc in (("final_ce", 0.9043), ("final_acls", 0.9030)):
+    (archive / variant).mkdir(parents=True)
+    (archive / variant / "seed0.json").write_text(json.dumps({"accuracy": acc, "ece": 0.07}))
+  _write(tmp_path, study, "final,ce", 0, accuracy=0.9063, ece=0.07)
+  _write(tmp_path, study, "final,acls", 0, accuracy=0.9070, ece=0.05)
+  text = report.train_size_note(str(tmp_path))
+  assert text.endswith("Seed 0 test accuracy, 55,000 → 60,000 images (2 rows): `final,ce` "
+                       "0.9043 → 0.9063; `final,acls` 0.9030 → 0.9070; change +0.30 ± 0.14 "
+                       "points.")

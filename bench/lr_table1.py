@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
   from absl import logging as absl_logging
   absl_logging.set_verbosity(absl_logging.WARNING)
   seeds = [int(s) for s in args.seeds.split(",") if s]
-  start = time.monotonic()
+  start, durations = time.monotonic(), []  # durations: this process's runs, for the ETA
   while not args.report_only:
     todo = plan(args.out_dir, seeds)
     if not todo:
@@ -130,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
       print(f"{variant:<24} seed {seed}: {e}", flush=True)
       return preemption.PREEMPTED_EXIT_CODE
     text = summary.get("diverged") or (f"acc {summary['accuracy']:.4f} ECE {summary['ece']:.4f}")
+    durations.append(summary["seconds"])
+    left = len(todo) - 1
+    eta = f", about {left * statistics.median(durations) / 3600:.1f} h" if left else ""
     print(f"{variant:<24} seed {seed}: {text} ({summary['seconds']:.0f} s); "
-          f"{len(todo) - 1} runs left", flush=True)
+          f"{left} runs left{eta}", flush=True)
     write_report(args.out_dir, args.workdir, seeds)
   print(write_report(args.out_dir, args.workdir, seeds))
   if args.readme:

@@ -181,3 +181,27 @@ def test_train_size_note_pairs_archived_runs_with_reruns(study, tmp_path):
   assert text.endswith("Seed 0 test accuracy, 55,000 → 60,000 images (2 rows): `final,ce` "
                        "0.9043 → 0.9063; `final,acls` 0.9030 → 0.9070; change +0.30 ± 0.14 "
                        "points.")
+
+
+def test_the_runner_goes_through_the_plan_and_says_how_long_is_left(study, tmp_path,
+                                                                    monkeypatch, capsys):
+  """`main` on stand-in runs: every planned run once, in plan order, each line with the runs
+  left and an estimate from the median run time (none after the last)."""
+  done = []
+
+  def fake_run(variant, seed, workdir, out_dir):
+    done.append((variant, seed))
+    summary = {"accuracy": 0.9, "ece": 0.05, "seconds": 360.0, "ece_post": 0.02,
+               "temperature": 1.5, "ece_post_grid": 0.03, "temperature_grid": 1.5}
+    _write(out_dir, study, variant, seed, **summary)
+    return summary
+
+  monkeypatch.setattr(study, "run_one", fake_run)
+  assert study.main([f"--out_dir={tmp_path}", f"--workdir={tmp_path}", "--seeds=0"]) == 0
+  assert len(done) == len(set(done)) and study.plan(str(tmp_path), [0]) == []
+  lines = [l for l in capsys.readouterr().out.splitlines() if "runs left" in l]
+  assert len(lines) == len(done)
+  for line in lines[:-1]:  # the plan grows as tunings finish: each line says what it knows
+    left = int(line.split("; ")[1].split()[0])
+    assert line.endswith(f"{left} runs left, about {left * 0.1:.1f} h")
+  assert lines[-1].endswith("(360 s); 0 runs left")

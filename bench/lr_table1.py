@@ -79,9 +79,9 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
   known so far (so each row has a first number early); the other tunings; then the other seeds,
   seed by seed (every row gets a spread before any row gets its third seed); last the checks of
-  the test split (`pooled,ce,<k>` on seed k) and of the initialisation (`keras_init,ce`). The order only decides
-  when a number arrives: selection reads tuning summaries alone, so running a final before
-  another loss's tuning cannot change what is chosen."""
+  the test split (`pooled,ce,<k>` on seed k) and of the initialisation (`keras_init,ce`). The
+  order only decides when a number arrives: selection reads tuning summaries alone, so running
+  a final before another loss's tuning cannot change what is chosen."""
   study = study_module()
   first = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in study.GRIDS[loss][1]]
   others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls")

@@ -8,6 +8,7 @@ import dataclasses
 
 from lr_table1_summaries import DISPLAY, PAPER, rows
 
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
   """A claim of a paper about ``metric`` among ``candidates`` (row key, selection target;

@@ -6,7 +6,6 @@ summary table from the run summaries (`lr_table1_summaries`). It trains nothing.
 """
 from __future__ import annotations
 
-import json
 import os
 
 from lr_table1_claims import verdict_table
@@ -127,12 +126,10 @@ def train_size_note(out_dir: str) -> str:
           "`train[:55000]` (a bug, fixed: a configured split is read as tfds reads it) and were "
           f"rerun on all 60,000 images; the first runs' summaries are kept in `{ARCHIVE_55K}/`.")
   pairs = []
-  for key, variant, target in final_rows(out_dir):
-    path = os.path.join(out_dir, ARCHIVE_55K, variant.replace(",", "_"), "seed0.json")
+  for _, variant, _ in final_rows(out_dir):
+    first = load_summary(out_dir, variant, 0, folder=ARCHIVE_55K)
     rerun = load_summary(out_dir, variant, 0)
-    if os.path.exists(path) and rerun and "diverged" not in rerun:
-      with open(path) as f:
-        first = json.load(f)
+    if first and rerun and "diverged" not in rerun:
       pairs.append((variant, first["accuracy"], rerun["accuracy"]))
   if not pairs:
     return text + " Seed 0 on 60,000: pending."

@@ -39,12 +39,14 @@ def study_module():
   return config_lib.load_config_module(CONFIG)
 
 
-def summary_path(out_dir: str, variant: str, seed: int) -> str:
-  return os.path.join(out_dir, "lr_table1", variant.replace(",", "_"), f"seed{seed}.json")
+def summary_path(out_dir: str, variant: str, seed: int, folder: str = "lr_table1") -> str:
+  """Where a run's summary lives: ``out_dir/folder/<variant, commas as '_'>/seed<seed>.json``."""
+  return os.path.join(out_dir, folder, variant.replace(",", "_"), f"seed{seed}.json")
 
 
-def load_summary(out_dir: str, variant: str, seed: int) -> Summary | None:
-  path = summary_path(out_dir, variant, seed)
+def load_summary(out_dir: str, variant: str, seed: int, folder: str = "lr_table1"
+                 ) -> Summary | None:
+  path = summary_path(out_dir, variant, seed, folder)
   if not os.path.exists(path):
     return None
   with open(path) as f:

@@ -18,8 +18,8 @@ def study():
   return module
 
 
-def _write(out_dir, study, variant, seed, **values):
-  path = study.summary_path(str(out_dir), variant, seed)
+def _write(out_dir, study, variant, seed, folder="lr_table1", **values):
+  path = study.summary_path(str(out_dir), variant, seed, folder)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
     json.dump({"seconds": 1.0, **values}, f)
@@ -171,10 +171,8 @@ def test_init_check_note(study, tmp_path):
 def test_train_size_note_pairs_archived_runs_with_reruns(study, tmp_path):
   report = importlib.import_module("lr_table1_report")
   assert report.train_size_note(str(tmp_path)).endswith("Seed 0 on 60,000: pending.")
-  archive = tmp_path / report.ARCHIVE_55K
-  for variant, acc in (("final_ce", 0.9043), ("final_acls", 0.9030)):
-    (archive / variant).mkdir(parents=True)
-    (archive / variant / "seed0.json").write_text(json.dumps({"accuracy": acc, "ece": 0.07}))
+  for variant, acc in (("final,ce", 0.9043), ("final,acls", 0.9030)):
+    _write(tmp_path, study, variant, 0, report.ARCHIVE_55K, accuracy=acc, ece=0.07)
   _write(tmp_path, study, "final,ce", 0, accuracy=0.9063, ece=0.07)
   _write(tmp_path, study, "final,acls", 0, accuracy=0.9070, ece=0.05)
   text = report.train_size_note(str(tmp_path))

@@ -27,7 +27,7 @@ from calib_jax.data.options import CACHE_MODES
 from calib_jax.data.registry import DatasetSpec
 
 __all__ = ["CACHE_MAX_BYTES", "CACHE_MODES", "choose", "decode_images", "decoded_bytes",
-           "element_bytes", "processing_is_random", "decodes_window"]
+           "decodes_window", "element_bytes", "processing_is_random"]
 
 # Host memory an automatic cache may take for one training shard. Processed: Fashion-MNIST
 # 188 MB (float32 28x28); decoded: CIFAR-10 154 MB, Tiny ImageNet 1.2 GB (not cached).

@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # This file runs the study; the summaries and selection live in lr_table1_summaries, the
 # papers' claims in lr_table1_claims, the tables and figure in lr_table1_report.
 from lr_table1_report import update_readme, write_report  # noqa: E402
-from lr_table1_summaries import (CONFIG, DISPLAY, PAPER, TUNED, Summary,  # noqa: E402,F401
-                                 final_rows, load_summary, select, study_module, summary_path,
-                                 tuning_scores)
+from lr_table1_summaries import (CONFIG, DISPLAY, PAPER, SUMMARY_FOLDER, TUNED,  # noqa: E402,F401
+                                 Summary, final_rows, load_summary, select, study_module,
+                                 summary_path, tuning_scores)
 
 
 def summarize(results: dict[str, Any], seconds: float) -> Summary:

@@ -15,6 +15,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "lr_table1.py")
 TUNED = ("ls", "ecp", "focal", "lr")
+SUMMARY_FOLDER = "lr_table1"  # under --out_dir: one summary JSON per run
 DISPLAY = {"ce": "CE", "ls": "LS", "ecp": "CP", "focal": "FL", "lr": "LR", "mbls": "MbLS",
            "acls": "ACLS"}
 # LR paper Table 1, Fashion-MNIST: (accuracy mean, std, ECE mean, std), 10 seeds.
@@ -39,12 +40,12 @@ def study_module():
   return config_lib.load_config_module(CONFIG)
 
 
-def summary_path(out_dir: str, variant: str, seed: int, folder: str = "lr_table1") -> str:
+def summary_path(out_dir: str, variant: str, seed: int, folder: str = SUMMARY_FOLDER) -> str:
   """Where a run's summary lives: ``out_dir/folder/<variant, commas as '_'>/seed<seed>.json``."""
   return os.path.join(out_dir, folder, variant.replace(",", "_"), f"seed{seed}.json")
 
 
-def load_summary(out_dir: str, variant: str, seed: int, folder: str = "lr_table1"
+def load_summary(out_dir: str, variant: str, seed: int, folder: str = SUMMARY_FOLDER
                  ) -> Summary | None:
   path = summary_path(out_dir, variant, seed, folder)
   if not os.path.exists(path):

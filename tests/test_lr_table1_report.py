@@ -18,8 +18,8 @@ def study():
   return module
 
 
-def _write(out_dir, study, variant, seed, folder="lr_table1", **values):
-  path = study.summary_path(str(out_dir), variant, seed, folder)
+def _write(out_dir, study, variant, seed, folder=None, **values):
+  path = study.summary_path(str(out_dir), variant, seed, folder or study.SUMMARY_FOLDER)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
     json.dump({"seconds": 1.0, **values}, f)

@@ -102,6 +102,10 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   return result
 
 
+def _runs(count: int) -> str:
+  return f"{count} run" + ("" if count == 1 else "s")
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", default=os.path.join("workdirs", "lr_table1"))
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
       break
     if args.max_minutes and time.monotonic() - start > 60 * args.max_minutes:
-      print(f"time budget reached; {len(todo)} runs left", flush=True)
+      print(f"time budget reached; {_runs(len(todo))} left", flush=True)
       break
     variant, seed = todo[0]
     from calib_jax.training import preemption
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     left = len(todo) - 1
     eta = f", about {left * statistics.median(durations) / 3600:.1f} h" if left else ""
     print(f"{variant:<24} seed {seed}: {text} ({summary['seconds']:.0f} s); "
-          f"{left} runs left{eta}", flush=True)
+          f"{_runs(left)} left{eta}", flush=True)
     write_report(args.out_dir, args.workdir, seeds)
   print(write_report(args.out_dir, args.workdir, seeds))
   if args.readme:

@@ -152,9 +152,12 @@ def init_check(out_dir: str, seeds: list[int]) -> str:
     return text + f" It diverged: {check['diverged']}."
   acc = mean_std([r["accuracy"] for r in original])
   ece = mean_std([r["ece"] for r in original])
+  paper_acc = PAPER[("ce", None)][0]
   return text + (
       f" Test accuracy {check['accuracy']:.4f} and ECE {check['ece']:.4f}, against "
-      f"{fmt_mean_std(*acc)} and {fmt_mean_std(*ece)} with ours ({len(original)} seed(s)).")
+      f"{fmt_mean_std(*acc)} and {fmt_mean_std(*ece)} with ours ({len(original)} seed(s)): "
+      f"{(check['accuracy'] - acc[0]) * 100:+.2f} points of accuracy, beside the "
+      f"{(paper_acc - acc[0]) * 100:.2f}-point gap to the paper's {paper_acc:.3f}.")
 
 
 README_BEGIN = "<!-- lr_table1 table: begin (written by bench/lr_table1.py --readme) -->"

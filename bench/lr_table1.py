@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # papers' claims in lr_table1_claims, the tables and figure in lr_table1_report.
 from lr_table1_report import update_readme, write_report  # noqa: E402
 from lr_table1_summaries import (CONFIG, DISPLAY, PAPER, SUMMARY_FOLDER, TUNED,  # noqa: E402,F401
-                                 Summary, final_rows, load_summary, select, study_module,
-                                 summary_path, tuning_scores)
+                                 Summary, final_rows, load_summary, select, split_check_rows,
+                                 study_module, summary_path, tuning_scores)
 
 
 def summarize(results: dict[str, Any], seconds: float) -> Summary:
@@ -79,9 +79,10 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
   known so far (so each row has a first number early); the other tunings; then the other seeds,
   seed by seed (every row gets a spread before any row gets its third seed); last the checks of
-  the test split (`pooled,ce,<k>` on seed k) and of the initialisation (`keras_init,ce`). The
-  order only decides when a number arrives: selection reads tuning summaries alone, so running
-  a final before another loss's tuning cannot change what is chosen."""
+  the test split (`pooled,<final>,<k>` on seed k, for the rows of SPLIT_CHECKS) and of the
+  initialisation (`keras_init,ce`). The order only decides when a number arrives: selection
+  reads tuning summaries alone, so running a final before another loss's tuning cannot change
+  what is chosen."""
   study = study_module()
   first = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in study.GRIDS[loss][1]]
   others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls")
@@ -92,7 +93,8 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
     todo += [(variant, seeds[0]) for variant in finals]
   todo += [(variant, 0) for variant in others]
   todo += [(variant, seed) for seed in seeds for variant in finals]
-  todo += [(f"pooled,ce,{fold}", fold) for fold in range(study.POOLED_FOLDS)]
+  todo += [(study.pooled_variant(variant, fold), fold) for _, _, variant in split_check_rows(out_dir)
+           for fold in range(study.POOLED_FOLDS)]
   todo += [("keras_init,ce", 0)]
   seen, result = set(), []
   for item in todo:

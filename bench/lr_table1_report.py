@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 from lr_table1_claims import verdict_table
-from lr_table1_summaries import (DISPLAY, PAPER, TUNED, final_rows, fmt_mean_std, load_summary,
-                                 mean_std, rows, seed_summaries, study_module, within_spread)
+from lr_table1_summaries import (DISPLAY, PAPER, SPLIT_CHECKS, TUNED, final_rows, fmt_mean_std,
+                                 load_summary, mean_std, rows, seed_summaries, split_check_rows,
+                                 study_module, within_spread)
 
 
 def tuning_table(out_dir: str) -> list[str]:
@@ -92,27 +93,37 @@ def reliability_figure(out_dir: str, workdir: str, seeds: list[int]) -> str | No
 
 
 def split_check(out_dir: str, seeds: list[int]) -> str:
-  """The protocol note on the test split, from the `pooled,ce,<k>` runs there are."""
+  """The protocol note on the test split, from the `pooled,<final>,<k>` runs there are."""
   study = study_module()
-  folds = [s for k in range(study.POOLED_FOLDS)
-           if (s := load_summary(out_dir, f"pooled,ce,{k}", k)) and "diverged" not in s]
-  original = [r for r in seed_summaries(out_dir, "final,ce", seeds) if "diverged" not in r]
-  paper = PAPER[("ce", None)]
+  checked = " and ".join(DISPLAY[key] + (f" (opt. for {'acc.' if target == 'acc' else 'ECE'})"
+                                      if target else "") for key, target in SPLIT_CHECKS)
   text = ("- The test split: the paper tests on a random 1/7 of the pooled 70k images per seed, "
-          "we on the original 10k test images. Check (`pooled,ce,<k>`, "
-          f"{study.POOLED_FOLDS} runs after the table's): CE trained on the other 50k training "
-          "images plus the 10k test images and tested on training images 10k·k..10k·(k+1).")
-  if not folds or not original:
+          f"we on the original 10k test images. Check (`pooled,<final>,<k>` for {checked}, "
+          f"{study.POOLED_FOLDS} folds after the table's runs): the final row trained on the "
+          "other 50k training images plus the 10k test images and tested on training images "
+          "10k·k..10k·(k+1), seed k.")
+  original = {row.variant: row for row in rows(out_dir, seeds)}
+  found = []
+  for key, target, variant in split_check_rows(out_dir):
+    folds = [s for k in range(study.POOLED_FOLDS)
+             if (s := load_summary(out_dir, study.pooled_variant(variant, k), k))
+             and "diverged" not in s]
+    row = original[variant]
+    if not folds or not row.finished:
+      continue
+    acc = mean_std([r["accuracy"] for r in folds])
+    ece = mean_std([r["ece"] for r in folds])
+    paper = PAPER[(key, target)]
+    inside = lambda ours, theirs: "inside" if within_spread(ours, theirs) == "yes" else "outside"
+    found.append(
+        f" {row.label} on {len(folds)} fold(s): accuracy {fmt_mean_std(*acc)}, ECE "
+        f"{fmt_mean_std(*ece)}, against {fmt_mean_std(*row.acc)} and {fmt_mean_std(*row.ece)} "
+        f"on the original test set ({row.finished} seed(s)) and the paper's "
+        f"{fmt_mean_std(*paper[:2])} ({inside(acc, paper[:2])} its mean ± 2 std) and "
+        f"{fmt_mean_std(*paper[2:])} ({inside(ece, paper[2:])}).")
+  if not found:
     return text + " Pending."
-  acc = mean_std([r["accuracy"] for r in folds])
-  ece = mean_std([r["ece"] for r in folds])
-  ours = mean_std([r["accuracy"] for r in original])
-  return text + (
-      f" On {len(folds)} fold(s): accuracy {fmt_mean_std(*acc)} (ECE {fmt_mean_std(*ece)}), "
-      f"against {fmt_mean_std(*ours)} on the original test set ({len(original)} seed(s)) and "
-      f"the paper's {fmt_mean_std(*paper[:2])} ("
-      f"{'inside' if within_spread(acc, paper[:2]) == 'yes' else 'outside'} its mean ± 2 std). "
-      "The rest of the table is measured on the original split.")
+  return text + "".join(found) + " The rest of the table is measured on the original split."
 
 
 ARCHIVE_55K = "lr_table1_train55k"  # final runs of a library bug: trained on train[:55000]

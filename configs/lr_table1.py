@@ -14,9 +14,10 @@ weight decay). What changes is the data split, the loss and its hyper-parameter:
   test images. `ce`; the tuned losses with the chosen value; `mbls,<margin>`; `acls` (official
   defaults: margin 10, lambda 0.1 / 0.01, winner term on the max). `clip` adds the MbLS/ACLS
   official trainers' gradient-norm clip at 2.
-* `pooled,ce,<k>` (k = 0, 1, 2): a check of the test split, not a table row: CE trained on the
-  other 50,000 training images plus the 10,000 test images and tested on training images
-  10,000k..10,000(k+1) (the paper tests on random 1/7 of the pooled 70,000 per seed).
+* `pooled,<final>,<k>` (k = 0, 1, 2), e.g. `pooled,ce,0`, `pooled,focal,0.5,1`: a check of the
+  test split, not a table row: the final row trained on the other 50,000 training images plus
+  the 10,000 test images and tested on training images 10,000k..10,000(k+1) (the paper tests on
+  random 1/7 of the pooled 70,000 per seed).
 * `keras_init,ce`: a check, not a table row: `final,ce` with the official Keras model's
   initialisation (Glorot-uniform kernels; ours is Flax's LeCun-normal).
 * `final_ts,ce`: "CE + T opt.": train on the first 51,000 images; T picked from the paper's grid
@@ -78,20 +79,25 @@ def _variants() -> dict[str, dict]:
   table.update({f"{name},clip": {**overrides, "optimizer.grad_clip_norm": 2.0}
                 for name, overrides in finals.items()})
   table["final_ts,ce"] = _run("final_ts", "ce")
-  for fold in range(POOLED_FOLDS):
-    table[f"pooled,ce,{fold}"] = {**_run("final", "ce"), "data.splits": pooled_splits(fold)}
+  table.update({pooled_variant(name, fold): {**overrides, "data.splits": pooled_splits(fold)}
+                for name, overrides in finals.items() for fold in range(POOLED_FOLDS)})
   table["keras_init,ce"] = {**_run("final", "ce"), "model_kwargs.kernel_init": "glorot_uniform"}
   return table
 
 
 # A check of the test split, not a row of the paper's table: the paper tests on random 1/7 of
-# the pooled 70k images per seed. `pooled,ce,<k>` tests CE on fold k (10k images) of the
-# training set and trains it on the other 50k plus the original 10k test images.
+# the pooled 70k images per seed. `pooled,<final>,<k>` tests a final row on fold k (10k images)
+# of the training set and trains it on the other 50k plus the original 10k test images.
 POOLED_FOLDS = 3
 
 
+def pooled_variant(final: str, fold: int) -> str:
+  """`final,focal,0.5` and fold 1 -> `pooled,focal,0.5,1`."""
+  return f"pooled,{final.split(',', 1)[1]},{fold}"
+
+
 def pooled_splits(fold: int) -> dict[str, str]:
-  """Splits of `pooled,ce,<fold>`: train on everything but training images fold*10k..+10k."""
+  """Splits of `pooled,*,<fold>`: train on everything but training images fold*10k..+10k."""
   lo, hi = 10_000 * fold, 10_000 * (fold + 1)
   train = [part for part, size in ((f"train[:{lo}]", lo), (f"train[{hi}:]", 60_000 - hi))
            if size] + ["test"]

@@ -135,10 +135,29 @@ def test_split_check_note(study, tmp_path):
   _write(tmp_path, study, "pooled,ce,0", 0, accuracy=0.908, ece=0.073)
   _write(tmp_path, study, "pooled,ce,1", 1, accuracy=0.912, ece=0.071)
   text = report.split_check(str(tmp_path), [0, 1, 2])
-  assert "On 2 fold(s): accuracy 0.910 ± 0.003 (ECE 0.072 ± 0.001)" in text
-  assert "against 0.904 ± 0.000 on the original test set (1 seed(s))" in text
-  assert "the paper's 0.912 ± 0.003 (inside its mean ± 2 std)" in text
+  assert ("CE on 2 fold(s): accuracy 0.910 ± 0.003, ECE 0.072 ± 0.001, against 0.904 ± 0.000 "
+          "and 0.077 ± 0.000 on the original test set (1 seed(s)) and the paper's 0.912 ± 0.003 "
+          "(inside its mean ± 2 std) and 0.129 ± 0.184 (inside).") in text
+  assert "FL" not in text.split("seed k.")[1]  # FL's row is not known before its tuning
   assert ("pooled,ce,1", 1) not in study.plan(str(tmp_path), [0, 1, 2])
+
+
+def test_split_check_follows_the_tuned_focal_row(study, tmp_path):
+  """FL (opt. for acc.) is checked on the pooled folds with the gamma its tuning chose."""
+  report = importlib.import_module("lr_table1_report")
+  for gamma in study.study_module().GRIDS["focal"][1]:
+    _write(tmp_path, study, f"tune,focal,{gamma:g}", 0, accuracy=0.95 if gamma == 1 else 0.9,
+           ece=0.05)
+  plan = study.plan(str(tmp_path), [0, 1, 2])
+  assert [item for item in plan if item[0].startswith("pooled,focal")] == [
+      ("pooled,focal,1,0", 0), ("pooled,focal,1,1", 1), ("pooled,focal,1,2", 2)]
+  for seed, (acc, ece) in enumerate(((0.905, 0.070), (0.907, 0.072))):
+    _write(tmp_path, study, "final,focal,1", seed, accuracy=acc, ece=ece)
+  _write(tmp_path, study, "pooled,focal,1,0", 0, accuracy=0.909, ece=0.065)
+  text = report.split_check(str(tmp_path), [0, 1, 2])
+  assert ("FL (opt. for acc.) on 1 fold(s): accuracy 0.909 ± 0.000, ECE 0.065 ± 0.000, against "
+          "0.906 ± 0.001 and 0.071 ± 0.001 on the original test set (2 seed(s)) and the paper's "
+          "0.911 ± 0.002 (inside its mean ± 2 std) and 0.062 ± 0.002 (inside).") in text
 
 
 def test_not_worse_claims_hold_within_the_seed_spread(study):

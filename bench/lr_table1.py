@@ -93,8 +93,8 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
     todo += [(variant, seeds[0]) for variant in finals]
   todo += [(variant, 0) for variant in others]
   todo += [(variant, seed) for seed in seeds for variant in finals]
-  todo += [(study.pooled_variant(variant, fold), fold) for _, _, variant in split_check_rows(out_dir)
-           for fold in range(study.POOLED_FOLDS)]
+  todo += [(study.pooled_variant(variant, fold), fold)
+           for _, _, variant in split_check_rows(out_dir) for fold in range(study.POOLED_FOLDS)]
   todo += [("keras_init,ce", 0)]
   seen, result = set(), []
   for item in todo:

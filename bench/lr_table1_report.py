@@ -103,6 +103,7 @@ def split_check(out_dir: str, seeds: list[int]) -> str:
           "other 50k training images plus the 10k test images and tested on training images "
           "10k·k..10k·(k+1), seed k.")
   original = {row.variant: row for row in rows(out_dir, seeds)}
+  inside = lambda ours, theirs: "inside" if within_spread(ours, theirs) == "yes" else "outside"
   found = []
   for key, target, variant in split_check_rows(out_dir):
     folds = [s for k in range(study.POOLED_FOLDS)
@@ -114,7 +115,6 @@ def split_check(out_dir: str, seeds: list[int]) -> str:
     acc = mean_std([r["accuracy"] for r in folds])
     ece = mean_std([r["ece"] for r in folds])
     paper = PAPER[(key, target)]
-    inside = lambda ours, theirs: "inside" if within_spread(ours, theirs) == "yes" else "outside"
     found.append(
         f" {row.label} on {len(folds)} fold(s): accuracy {fmt_mean_std(*acc)}, ECE "
         f"{fmt_mean_std(*ece)}, against {fmt_mean_std(*row.acc)} and {fmt_mean_std(*row.ece)} "

@@ -99,11 +99,11 @@ def final_rows(out_dir: str) -> list[tuple[str, str, str | None]]:
   return rows
 
 
-
 def split_check_rows(out_dir: str) -> list[tuple[str, str | None, str]]:
   """(row key, selection target, final variant) of the SPLIT_CHECKS rows known so far."""
   return [(key, target, variant) for key, variant, target in final_rows(out_dir)
           if (key, target) in SPLIT_CHECKS and not variant.endswith("clip")]
+
 
 # ----------------------------------------------------------------------------- statistics
 

@@ -10,8 +10,8 @@ import os
 
 from lr_table1_claims import verdict_table
 from lr_table1_summaries import (DISPLAY, PAPER, SPLIT_CHECKS, TUNED, final_rows, fmt_mean_std,
-                                 load_summary, mean_std, rows, seed_summaries, split_check_rows,
-                                 study_module, within_spread)
+                                 load_summary, mean_std, row_label, rows, seed_summaries,
+                                 split_check_rows, study_module, within_spread)
 
 
 def tuning_table(out_dir: str) -> list[str]:
@@ -95,8 +95,7 @@ def reliability_figure(out_dir: str, workdir: str, seeds: list[int]) -> str | No
 def split_check(out_dir: str, seeds: list[int]) -> str:
   """The protocol note on the test split, from the `pooled,<final>,<k>` runs there are."""
   study = study_module()
-  checked = " and ".join(DISPLAY[key] + (f" (opt. for {'acc.' if target == 'acc' else 'ECE'})"
-                                      if target else "") for key, target in SPLIT_CHECKS)
+  checked = " and ".join(row_label(key, target) for key, target in SPLIT_CHECKS)
   text = ("- The test split: the paper tests on a random 1/7 of the pooled 70k images per seed, "
           f"we on the original 10k test images. Check (`pooled,<final>,<k>` for {checked}, "
           f"{study.POOLED_FOLDS} folds after the table's runs): the final row trained on the "

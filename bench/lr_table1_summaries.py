@@ -125,6 +125,14 @@ def within_spread(ours: tuple[float, float], paper: tuple[float, float]) -> str:
   return "yes" if abs(ours[0] - paper[0]) <= 2 * paper[1] else "no"
 
 
+def row_label(key: str, target: str | None) -> str:
+  """A row's name in the tables: `row_label('focal', 'acc')` -> 'FL (opt. for acc.)'."""
+  text = {"ce_ts": "CE + T opt. (grid, ECE)"}.get(key) or DISPLAY[key]
+  if target:
+    text += f" (opt. for {'acc.' if target == 'acc' else 'ECE'})"
+  return text
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
   """One final configuration and what its seeds gave on the test set."""
@@ -142,11 +150,7 @@ class Row:
 
   @property
   def label(self) -> str:
-    loss = "ce" if self.key == "ce_ts" else self.key
-    text = {"ce_ts": "CE + T opt. (grid, ECE)"}.get(self.key, DISPLAY[loss])
-    if self.target:
-      text += f" (opt. for {'acc.' if self.target == 'acc' else 'ECE'})"
-    return text + (", clip 2" if self.clipped else "")
+    return row_label(self.key, self.target) + (", clip 2" if self.clipped else "")
 
   @property
   def chosen(self) -> str:

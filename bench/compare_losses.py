@@ -52,7 +52,9 @@ def train_and_evaluate_cell(workdir: str, dataset: str, loss: str, seed: int) ->
   A run whose loss or gradient became non-finite is recorded (`diverged.json`, and
   `{"diverged": message}` returned) instead of stopping the study.
   """
-  from calib_jax.training import config as config_lib, evaluate, loop
+  from calib_jax import config as config_lib
+  from calib_jax.evaluation import run as evaluate
+  from calib_jax.training import loop
 
   path = os.path.abspath(run_dir(workdir, dataset, loss, seed))
   metrics_file = os.path.join(evaluate.eval_dir(path, "test"), evaluate.RESULTS_FILE)
@@ -284,12 +286,12 @@ def reliability_figure(workdir: str, dataset: str, seed: int, out_dir: str) -> s
   import numpy as np
 
   from calib_jax import plotting
-  from calib_jax.training import evaluate
+  from calib_jax.evaluation import report, run as evaluate
 
   models = {}
   for loss in RELIABILITY_LOSSES:
     path = os.path.join(evaluate.eval_dir(run_dir(workdir, dataset, loss, seed), "test"),
-                        evaluate.PREDICTIONS_FILE)
+                        report.PREDICTIONS_FILE)
     if os.path.exists(path):
       saved = np.load(path)
       models[DISPLAY[loss]] = (saved["probs_pre"], saved["labels"])
@@ -365,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
 
   from absl import logging as absl_logging
   absl_logging.set_verbosity(absl_logging.WARNING)
-  from calib_jax.training import config as config_lib
+  from calib_jax import config as config_lib
   study = config_lib.load_config_module(CONFIG)
 
   seeds = [int(s) for s in args.seeds.split(",") if s]

@@ -40,7 +40,9 @@ Results = dict[str, Any]
 
 def run_cell(workdir: str, loss: str, seed: int) -> Results:
   """Trains (unless checkpointed) and evaluates (unless scored) one run; its metrics.json."""
-  from calib_jax.training import checkpoint, config as config_lib, evaluate, loop
+  from calib_jax import config as config_lib
+  from calib_jax.evaluation import run as evaluate
+  from calib_jax.training import checkpoint, loop
   path = os.path.abspath(os.path.join(workdir, loss, f"seed{seed}"))
   metrics_file = os.path.join(evaluate.eval_dir(path, "test"), evaluate.RESULTS_FILE)
   if os.path.exists(metrics_file):
@@ -105,7 +107,9 @@ def train_segmenter(workdir: str, steps: int) -> Results:
   """A tiny dilated FCN on clutter_objects_seg, trained and evaluated (for its pictures)."""
   import flax.linen as nn
   from calib_jax import models
-  from calib_jax.training import checkpoint, config as config_lib, evaluate, loop
+  from calib_jax import config as config_lib
+  from calib_jax.evaluation import run as evaluate
+  from calib_jax.training import checkpoint, loop
 
   class BenchFCN(nn.Module):
     """conv 16 - conv 32 (dilation 2) - conv 32 (dilation 4), BN-ReLU each, 1x1 'head'."""

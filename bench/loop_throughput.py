@@ -23,7 +23,7 @@ CONFIG = os.path.join(ROOT, "configs", "fashion_mnist_mlp.py") + ":ce"
 
 
 def _config(steps: int):
-  from calib_jax.training import config as config_lib
+  from calib_jax import config as config_lib
   config = config_lib.load_config_file(CONFIG)
   config.num_train_steps = steps
   config.log_every_steps = 250
@@ -37,18 +37,15 @@ def _config(steps: int):
 def bare_rate(steps: int) -> float:
   import jax
   import numpy as np
-  from calib_jax.training import builders, optim, parallel, step as step_lib
+  from calib_jax import experiment
+  from calib_jax.training import parallel, step as step_lib
   config = _config(steps)
-  meta = builders.dataset_meta(config)
-  example = builders.example_input(config)
-  mesh = parallel.make_mesh()
-  model = builders.build_model(config, meta)
-  schedule = optim.schedule_from_config(config.schedule, base_lr=config.optimizer.learning_rate,
-                                       total_steps=steps, steps_per_epoch=937)
-  tx = optim.optimizer_from_config(config.optimizer, schedule)
-  state = builders.initial_state(config, model, tx, example, mesh, 0)
+  exp = experiment.build(config)  # the loop's own model, loss, optimiser and initial state
+  meta, mesh, example = exp.meta, exp.mesh, exp.data.example_input()
+  schedule, tx = exp.optimizer()
+  state = exp.initial_state()
   train_step = step_lib.jit_train_step(
-      step_lib.make_train_step(model, builders.build_loss(config), tx, schedule), mesh)
+      step_lib.make_train_step(exp.model, exp.loss_fn, tx, schedule), mesh)
   rng = np.random.default_rng(0)
   batch = parallel.to_global({
       "image": rng.normal(size=(config.data.batch_size, *example.shape[1:])).astype(np.float32),

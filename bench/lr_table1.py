@@ -51,7 +51,9 @@ def summarize(results: dict[str, Any], seconds: float) -> Summary:
 
 def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
   """Trains and evaluates one run (resuming it if interrupted) and writes its summary."""
-  from calib_jax.training import config as config_lib, evaluate, loop
+  from calib_jax import config as config_lib
+  from calib_jax.evaluation import report, run as evaluate
+  from calib_jax.training import loop
 
   config = config_lib.load_config_file(f"{CONFIG}:{variant}")
   config.seed = seed
@@ -67,7 +69,7 @@ def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
                         time.monotonic() - start)
     # Relative to --workdir: summaries are committed, the workdir is not.
     summary["predictions"] = os.path.relpath(
-        os.path.join(evaluate.eval_dir(path, split), evaluate.PREDICTIONS_FILE), workdir)
+        os.path.join(evaluate.eval_dir(path, split), report.PREDICTIONS_FILE), workdir)
   target = summary_path(out_dir, variant, seed)
   os.makedirs(os.path.dirname(target), exist_ok=True)
   with open(target, "w") as f:

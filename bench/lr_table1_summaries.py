@@ -40,7 +40,7 @@ SPLIT_CHECKS = (("ce", None), ("focal", "acc"))
 
 @functools.cache  # The config module is read once per process, not per table row.
 def study_module():
-  from calib_jax.training import config as config_lib
+  from calib_jax import config as config_lib
   return config_lib.load_config_module(CONFIG)
 
 

@@ -2,8 +2,9 @@
 
     python -m calib_jax.demo [--workdir=workdirs/demo] [--variants=ce,mbls,acls] [--seed=0]
 
-Trains `configs/default.py` once per variant (a loss of that file: cross-entropy, then MbLS and
-ACLS by default) into `<workdir>/<variant>`, evaluates each on the digits it never saw (T and
+It works from any directory, in a source checkout or with the package installed: its recipe,
+`configs/default.py`, travels with the package. It trains that recipe once per variant (a loss
+of that file: cross-entropy, then MbLS and ACLS by default) into `<workdir>/<variant>`, evaluates each on the digits it never saw (T and
 p-norm fitted on the validation digits) and prints one comparison table. Cross-entropy memorises
 its 60 training digits and is far more confident than accurate; the margin-based losses keep
 the accuracy and close most of that gap. Written next to the runs:
@@ -23,11 +24,11 @@ import sys
 import time
 from typing import Any
 
-# First: quiets TensorFlow's C++ log, which only works before TensorFlow is imported.
-from calib_jax.training import console  # isort: skip
+from calib_jax.cli import console
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "configs", "default.py")
+# The demo's recipe travels with the package (`configs/default.py` in a source checkout).
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
+                              "default.py")
 SUMMARY_FILE = "summary.json"
 FIGURE_FILE = "reliability.png"
 DISPLAY = {"ce": "CE", "ls": "LS", "focal": "FL", "flsd": "FLSD", "ecp": "CP", "mbls": "MbLS",
@@ -41,8 +42,10 @@ def run_variant(variant: str, workdir: str, config_path: str = DEFAULT_CONFIG,
                 seed: int = 0) -> dict[str, Any]:
   """Trains (or resumes) and evaluates one variant; returns `evaluate_run`'s results with the
   run directory and the final training accuracy added."""
-  from calib_jax.training import config as config_lib, evaluate, loop, reporting
-  config = config_lib.load_config_file(f"{config_path}:{variant}")
+  from calib_jax.config import files
+  from calib_jax.evaluation import run as evaluation
+  from calib_jax.training import loop, reporting
+  config = files.load_config_file(f"{config_path}:{variant}")
   config.seed = seed
   run_dir = os.path.join(workdir, variant)
   print(f"[{variant}] training {config.loss} {dict(config.loss_kwargs)} into {run_dir}",
@@ -50,7 +53,7 @@ def run_variant(variant: str, workdir: str, config_path: str = DEFAULT_CONFIG,
   start = time.monotonic()
   loop.train_and_evaluate(config, run_dir)
   trained = time.monotonic()
-  results = evaluate.evaluate_run(config, run_dir, split="test")
+  results = evaluation.evaluate_run(config, run_dir, split="test")
   train = [r for r in reporting.read_metrics(run_dir) if r.get("split") == "train"]
   results["train_accuracy"] = train[-1]["accuracy"] if train else float("nan")
   results["run_dir"] = run_dir
@@ -132,12 +135,14 @@ def main(argv: list[str] | None = None) -> int:
                       help="also show the library logs of <workdir>/log.txt on stderr at this "
                       "absl verbosity (0: INFO, 1: DEBUG)")
   args = parser.parse_args(argv)
+  from calib_jax.config import files
+  args.config = files.resolve_config_path(args.config)
   if not os.path.isfile(args.config):
-    print(f"demo: {args.config} not found; run from a source checkout.", file=sys.stderr)
+    print(f"demo: config file {args.config} not found (packaged recipes: "
+          f"{', '.join(files.packaged_configs())})", file=sys.stderr)
     return 1
   names = [v for v in args.variants.split(",") if v]
-  from calib_jax.training import config as config_lib
-  valid = tuple(config_lib.load_config_module(args.config).VARIANTS)
+  valid = tuple(files.load_config_module(args.config).VARIANTS)
   unknown = [v for v in names if v not in valid]
   if unknown or not names:
     print(f"demo: unknown variant(s) {', '.join(unknown) or '(none given)'}; valid: "
@@ -160,5 +165,11 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 
-if __name__ == "__main__":
+def run() -> None:
+  """The program (`python -m calib_jax.demo`, `make demo`, the `calib-jax-demo` command)."""
+  console.quiet_native_logs(sys.argv)
   sys.exit(main())
+
+
+if __name__ == "__main__":
+  run()

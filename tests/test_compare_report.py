@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from calib_jax.training import evaluate
+from calib_jax.evaluation import report, run as evaluation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,10 +88,10 @@ def test_report_writes_tables_claims_and_the_reliability_figure(tmp_path):
   workdir, out_dir = str(tmp_path / "work"), str(tmp_path / "out")
   rng = np.random.default_rng(0)
   for loss in compare.RELIABILITY_LOSSES:
-    eval_dir = evaluate.eval_dir(compare.run_dir(workdir, "clutter_objects", loss, 0), "test")
+    eval_dir = evaluation.eval_dir(compare.run_dir(workdir, "clutter_objects", loss, 0), "test")
     os.makedirs(eval_dir)
     probs = rng.dirichlet(np.ones(10), size=50).astype(np.float32)
-    np.savez(os.path.join(eval_dir, evaluate.PREDICTIONS_FILE), probs_pre=probs,
+    np.savez(os.path.join(eval_dir, report.PREDICTIONS_FILE), probs_pre=probs,
              probs_post=probs, labels=rng.integers(0, 10, 50))
   runs = {loss: [fake_results(0, ece, context_confidence=conf)]
           for loss, ece, conf in (("ce", 0.2, 0.6), ("mbls", 0.1, 0.5), ("acls", 0.05, 0.5),

@@ -6,7 +6,7 @@ import sys
 import ml_collections
 import pytest
 
-from calib_jax.training import config as config_lib
+from calib_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +42,7 @@ def test_train_py_reports_config_mistakes_in_one_line(args, expected, tmp_path):
 
 def test_config_file_with_an_unknown_field_fails_where_it_is_set(tmp_path):
   path = tmp_path / "typo.py"
-  path.write_text("from calib_jax.training.config import base_config\n"
+  path.write_text("from calib_jax.config import base_config\n"
                   "def get_config():\n  c = base_config()\n  c.optimizer.weight_decy = 0.1\n"
                   "  return c\n")
   with pytest.raises(config_lib.ConfigError,

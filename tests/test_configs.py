@@ -7,10 +7,13 @@ import jax.numpy as jnp
 import pytest
 
 from calib_jax import data
-from calib_jax.training import builders, config as config_lib, config_validation, variants
+from calib_jax import experiment
+from calib_jax import config as config_lib
+from calib_jax.config import variants
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))
+CONFIG_FILES = sorted(f for f in glob.glob(os.path.join(CONFIG_DIR, "*.py"))
+                      if not os.path.basename(f).startswith("_"))
 
 
 def _module(path):
@@ -44,7 +47,7 @@ def test_config_builds_for_every_variant(path):
     config = config_lib.load_config_file(f"{path}:{variant}")
     # 4 devices divide every paper batch size (Cityscapes uses 12); validation resolves the
     # loss (with its hyper-parameters), dataset and model through their registries.
-    config_validation.validate(config, num_devices=4)
+    experiment.build(config, devices=jax.devices()[:4])
   with pytest.raises(ValueError, match="variant"):
     config_lib.load_config_file(f"{path}:no_such_variant")
 
@@ -60,8 +63,8 @@ SHAPE_CHECKED = ("default", "mnist_mlp", "newsgroups20_gpool_cnn", "imagenet_vit
 def test_model_accepts_dataset_input_and_outputs_its_classes(name):
   path = os.path.join(CONFIG_DIR, f"{name}.py")
   config = config_lib.load_config_file(f"{path}:{_variants(path)[0]}")
-  meta = builders.dataset_meta(config)
-  model = builders.build_model(config, meta)
+  built = experiment.build(config, devices=jax.devices()[:1])
+  meta, model = built.meta, built.model
   dtype = jnp.int32 if meta.task == "text" else jnp.float32
   x = jax.ShapeDtypeStruct((2, *meta.input_shape), dtype)
   variables = jax.eval_shape(lambda v: model.init({"params": jax.random.key(0)}, v, train=False),

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from calib_jax.training import console
+from calib_jax.cli import console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # absl's log line prefix (`I1123 16:56:23.588393 1400 file.py:12]`) or a C++ log's.

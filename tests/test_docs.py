@@ -9,7 +9,7 @@ that resolve.
   `eval.py`, a `bench/` script, `python -m calib_jax.<module>` or `make <target>` is checked
   without running it: the script, module or target exists, every flag is one the program
   defines, `--config=file.py:variant` loads, each `--config.field=value` names a field of that
-  config and takes its value, and the result passes `config_validation.validate` (files the
+  config and takes its value, and the result passes `experiment.build` (files the
   command names, such as weight files, may be missing).
 * Every relative link and image of README.md, BENCHMARKS.md and docs/**/*.md points to an
   existing file, and every `#anchor` to a heading of its target (GitHub's anchor rules).
@@ -153,10 +153,14 @@ def _absl_flags() -> set[str]:
   return names | {"helpfull", "helpshort", "flagfile", "undefok"}
 
 
+# Where each program's own flags are defined (the repository's train.py / eval.py only run them).
+PROGRAM_SOURCES = {"train.py": "calib_jax/cli/train.py", "eval.py": "calib_jax/cli/evaluate.py"}
+
+
 def _program_flags(script: str) -> dict[str, list | None]:
   flags = {name: None for name in _absl_flags()}
-  flags.update(_defined_flags("calib_jax/training/cli.py"))
-  flags.update(_defined_flags(script))
+  flags.update(_defined_flags("calib_jax/cli/flags.py"))
+  flags.update(_defined_flags(PROGRAM_SOURCES[script]))
   return flags
 
 
@@ -225,7 +229,9 @@ def _parse_value(text: str, current):
 
 def _check_train_eval(script: str, args: list[str]) -> list[str]:
   """Problems of a `python train.py|eval.py ARGS` line (nothing is run)."""
-  from calib_jax.training import config as config_lib, config_validation, variants
+  from calib_jax import config as config_lib
+  from calib_jax import experiment
+  from calib_jax.config import variants
 
   problems, flags = [], _program_flags(script)
   spec, overrides, i = "configs/default.py", [], 0
@@ -274,7 +280,7 @@ def _check_train_eval(script: str, args: list[str]) -> list[str]:
     if "/" in value or re.search(r"\.\w+$", value):
       paths.append(value)
   try:
-    config_validation.validate(config, num_devices=1)
+    experiment.build(config, devices=jax.devices()[:1])
   except config_lib.ConfigError as e:
     for line in str(e).splitlines()[1:]:
       # Files the command names (weights it was told to produce elsewhere) may be absent here.
@@ -306,7 +312,7 @@ def _check_other_python(argv: list[str]) -> list[str]:
     if not defined:
       problems.append(f"{source} has no flag {name}")
   if source == "calib_jax/demo.py":
-    from calib_jax.training import config as config_lib
+    from calib_jax import config as config_lib
     valid = config_lib.load_config_module(os.path.join(ROOT, "configs/default.py")).VARIANTS
     for arg in args:
       if arg.startswith("--variants="):

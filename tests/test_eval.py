@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from calib_jax import data, metrics, models
-from calib_jax.training import evaluate, loop
+from calib_jax.training import loop
+from calib_jax.evaluation import report, run as evaluation
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
 
@@ -51,7 +52,7 @@ def test_segmentation_eval(tmp_path, tiny_fcn):
   seg.eval.fit_pixels_per_image = 20
   seg.eval.pnorm_candidates = (2,)  # Each candidate p compiles its own scoring program.
   loop.train_and_evaluate(seg, str(tmp_path / "seg"))
-  results = evaluate.evaluate_run(seg, str(tmp_path / "seg"))
+  results = evaluation.evaluate_run(seg, str(tmp_path / "seg"))
   assert 0.0 <= results["pre_temperature"]["miou"] <= 1.0
   # 64 test images: every labelled pixel in the streaming metrics, 50 sampled ones per image
   # (fewer only where an image has fewer labelled pixels) for the score-based metrics.
@@ -66,7 +67,7 @@ def test_context_only_eval_of_an_als_model(tmp_path):
   als.eval.context_eval = True
   als.eval.pnorm_candidates = (2,)
   loop.train_and_evaluate(als, str(tmp_path / "als"))
-  results = evaluate.evaluate_run(als, str(tmp_path / "als"))
+  results = evaluation.evaluate_run(als, str(tmp_path / "als"))
   context = results["context"]
   assert context["num_samples"] == 64
   assert context["uniform_confidence"] == pytest.approx(0.1)
@@ -80,7 +81,7 @@ def test_pixel_sampling_picks_only_labelled_pixels():
   mask[1, 3, 3] = True     # 1 labelled pixel
   labels = np.arange(32, dtype=np.int32).reshape(2, 4, 4)
   logits = np.repeat(labels[..., None].astype(np.float32), 3, axis=-1)
-  out_logits, out_labels, out_mask = evaluate._sample_pixels(
+  out_logits, out_labels, out_mask = report._sample_pixels(
       jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask), jax.random.key(0), 5)
   out_labels, out_mask = np.asarray(out_labels).reshape(2, 5), np.asarray(out_mask).reshape(2, 5)
   assert out_mask[0].sum() == 5 and out_mask[1].sum() == 1
@@ -99,7 +100,7 @@ def test_pixel_sampling_is_metrics_subsample_pixels():
   labels = np.arange(3 * 48, dtype=np.int32).reshape(3, 8, 6)
   logits = np.zeros((3, 8, 6, 2), np.float32)
   key = jax.random.key(4)
-  _, out_labels, out_mask = evaluate._sample_pixels(
+  _, out_labels, out_mask = report._sample_pixels(
       jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask), key, 10)
   picked = np.asarray(out_labels)[np.asarray(out_mask)]
   chosen = np.asarray(metrics.subsample_pixels(key, mask, 10))
@@ -108,14 +109,14 @@ def test_pixel_sampling_is_metrics_subsample_pixels():
 
 def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
-    evaluate.evaluate_run(tiny_config(), str(tmp_path / "empty"))
+    evaluation.evaluate_run(tiny_config(), str(tmp_path / "empty"))
 
 
 def test_eval_saves_the_plotted_predictions(tmp_path):
   config = clutter_config()
   config.eval.pnorm_candidates = (2,)
   loop.train_and_evaluate(config, str(tmp_path / "run"))
-  results = evaluate.evaluate_run(config, str(tmp_path / "run"))
+  results = evaluation.evaluate_run(config, str(tmp_path / "run"))
   saved = np.load(results["files"]["predictions"])
   assert saved["probs_pre"].shape == saved["probs_post"].shape == (64, 10)
   np.testing.assert_allclose(saved["probs_pre"].sum(-1), 1.0, rtol=1e-5)
@@ -132,10 +133,10 @@ def test_eval_reads_variables_only_whatever_the_optimiser_is_now(tmp_path):
   config.eval.pnorm_candidates = (2,)
   workdir = str(tmp_path / "run")
   loop.train_and_evaluate(config, workdir)
-  before = evaluate.evaluate_run(config, workdir)
+  before = evaluation.evaluate_run(config, workdir)
   # Adam moments and a CRL history: another state shape.
   changed = clutter_config(crl_weight=1.0, **{"optimizer.name": "adam"})
   changed.eval.pnorm_candidates = (2,)
-  after = evaluate.evaluate_run(changed, workdir)
+  after = evaluation.evaluate_run(changed, workdir)
   assert after["step"] == before["step"] == 2
   assert after["pre_temperature"] == before["pre_temperature"]

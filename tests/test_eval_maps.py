@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from calib_jax import data, metrics, models, plotting_maps
-from calib_jax.training import builders, config_validation, evaluate, map_report, parallel
+from calib_jax import config as config_lib
+from calib_jax import experiment
+from calib_jax.evaluation import report, run as evaluation
+from calib_jax.evaluation import maps
 from calib_jax.training import step as step_lib
 from test_eval import TINY_CLUTTER, clutter_config, tiny_fcn  # noqa: F401
 from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
@@ -27,11 +30,11 @@ def _png(path):
 
 def _evaluate_fresh_weights(config, tmp_path):
   """`evaluate_run` of freshly initialised weights given as a weight file (no training)."""
-  meta = builders.dataset_meta(config)
-  model = builders.build_model(config, meta)
+  built = experiment.build(config, devices=jax.devices()[:1])
+  meta, model = built.meta, built.model
   variables = model.init(jax.random.key(0), jnp.zeros((1,) + tuple(meta.input_shape)))
   weights = models.save_variables(str(tmp_path / "weights.msgpack"), variables)
-  return evaluate.evaluate_run(config, str(tmp_path / "run"), weights=weights)
+  return evaluation.evaluate_run(config, str(tmp_path / "run"), weights=weights)
 
 
 def test_classification_eval_draws_cams_and_scores_localisation(tmp_path):
@@ -43,7 +46,7 @@ def test_classification_eval_draws_cams_and_scores_localisation(tmp_path):
   for scores in (loc, loc["grad_cam_pp"]):
     assert 0.0 <= scores["pointing_game"] <= 1.0 and 0.0 < scores["energy_in_box"] < 1.0
   assert 0.0 < loc["box_area"] < 1.0
-  with open(os.path.join(evaluate.eval_dir(str(tmp_path / "run"), "test"), "metrics.json")) as f:
+  with open(os.path.join(evaluation.eval_dir(str(tmp_path / "run"), "test"), "metrics.json")) as f:
     assert json.load(f)["localisation"] == loc
   files = results["files"]
   grid, context = _png(files["cams"]), _png(files["cams_context"])
@@ -61,7 +64,7 @@ def test_classification_eval_draws_cams_and_scores_localisation(tmp_path):
   # The context images are the same images with their objects filled in.
   assert not np.allclose(arrays["cams_images"], arrays["cams_context_images"])
   np.testing.assert_array_equal(arrays["cams_labels"], arrays["cams_context_labels"])
-  assert "localisation of the true class's Grad-CAM (16 images)" in evaluate.format_table(results)
+  assert "localisation of the true class's Grad-CAM (16 images)" in evaluation.format_table(results)
 
 
 def test_segmentation_map_report_draws_confidence_maps(tmp_path, tiny_fcn):
@@ -69,17 +72,14 @@ def test_segmentation_map_report_draws_confidence_maps(tmp_path, tiny_fcn):
   files the same way as the classification ones above)."""
   seg = clutter_config(**{"data.name": "clutter_objects_seg", "model": tiny_fcn,
                           "model_kwargs": {}, "eval.seg_map_images": 3, "eval.max_examples": 16})
-  meta = builders.dataset_meta(seg)
-  model = builders.build_model(seg, meta)
-  variables = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
-  mesh = parallel.make_mesh()
-  report = map_report.MapReport(seg, model, mesh, meta, "test",
-                                step_lib.make_predict_fn(model, mesh))
+  built = experiment.build(seg)
+  variables = built.model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
+  report = maps.MapReport(built, "test", step_lib.make_predict_fn(built.model, built.mesh))
   results = report.run(variables)
   files = report.write(str(tmp_path))
   assert sorted(files) == ["class_reliability", "seg_maps"]
-  maps = _png(files["seg_maps"])
-  assert maps.shape[:2] == (575, 700)  # three rows (1.75 in each, 0.5 in for the title)
+  drawn = _png(files["seg_maps"])
+  assert drawn.shape[:2] == (575, 700)  # three rows (1.75 in each, 0.5 in for the title)
   _png(files["class_reliability"])
   summary = results["seg_maps"]
   assert len(summary["classwise_ece"]) == 11
@@ -88,16 +88,14 @@ def test_segmentation_map_report_draws_confidence_maps(tmp_path, tiny_fcn):
       "clutter_objects_seg", "val", batch_size=16, train=False, max_examples=16, **TINY_CLUTTER))
   assert summary["num_pixels"] == labelled
   assert "mean classwise ECE of the validation pixels" in "\n".join(
-      map_report.format_lines(results))
+      maps.format_lines(results))
 
 
 def test_models_without_feature_maps_skip_cams_with_one_info_line(caplog):
   config = clutter_config(model="mlp", model_kwargs={"hidden": (8,)})
-  meta = builders.dataset_meta(config)
-  model = builders.build_model(config, meta)
-  variables = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
-  mesh = parallel.make_mesh()
-  report = map_report.MapReport(config, model, mesh, meta, "test", predict=None)
+  built = experiment.build(config)
+  variables = built.model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
+  report = maps.MapReport(built, "test", predict=None)
   with caplog.at_level(logging.INFO):
     assert report.run(variables) == {}
   lines = [r for r in caplog.records if "No class activation maps" in r.getMessage()]
@@ -108,15 +106,15 @@ def test_models_without_feature_maps_skip_cams_with_one_info_line(caplog):
 @pytest.mark.parametrize("field", ["cam_images", "seg_map_images"])
 def test_negative_picture_counts_are_one_line_errors(field):
   config = clutter_config(**{f"eval.{field}": -1})
-  with pytest.raises(config_validation.ConfigError, match=f"eval.{field} must be an int >= 0"):
-    config_validation.validate(config)
+  with pytest.raises(config_lib.ConfigError, match=f"eval.{field} must be an int >= 0"):
+    experiment.build(config)
 
 
 def test_classwise_bins_known_answer():
   # Two pixels, two classes, two bins: p = (0.73, 0.27) with label 0, (0.27, 0.73) with label 1.
   logits = jnp.array([[[1.0, 0.0], [0.0, 1.0]]])
   labels = jnp.array([[0, 1]])
-  counts, conf, hits = map_report.classwise_bins(logits, labels, jnp.ones((1, 2), bool), 2)
+  counts, conf, hits = maps.classwise_bins(logits, labels, jnp.ones((1, 2), bool), 2)
   np.testing.assert_array_equal(counts, [[1, 1], [1, 1]])
   p = float(jax.nn.sigmoid(1.0))
   np.testing.assert_allclose(conf, [[1 - p, p], [1 - p, p]], rtol=1e-6)
@@ -124,7 +122,7 @@ def test_classwise_bins_known_answer():
   # Per class: |0 - (1 - p)| + |1 - p| over 2 pixels.
   np.testing.assert_allclose(metrics.ece_from_bins(*map(np.asarray, (conf, hits)),
                                                    np.sum(counts, -1)), [1 - p, 1 - p], rtol=1e-6)
-  masked = map_report.classwise_bins(logits, labels, jnp.array([[True, False]]), 2)
+  masked = maps.classwise_bins(logits, labels, jnp.array([[True, False]]), 2)
   np.testing.assert_array_equal(masked[0], [[0, 1], [1, 0]])
 
 

@@ -245,13 +245,13 @@ def test_subsample_pixel_indices_are_the_pixels_of_subsample_pixels():
 
 
 def test_evaluators_combine_the_accumulators_they_need():
-  from calib_jax.training import evaluators
+  from calib_jax.evaluation import validation
   classification = types.SimpleNamespace(task="classification", num_classes=C)
   segmentation = types.SimpleNamespace(task="segmentation", num_classes=C)
-  assert sorted(evaluators.accumulators(classification, B, classwise=False,
+  assert sorted(validation.accumulators(classification, B, classwise=False,
                                         histogram=True).parts) == [
       "calibration", "histogram", "scalars"]
-  full = evaluators.accumulators(segmentation, B, classwise=True, histogram=True)
+  full = validation.accumulators(segmentation, B, classwise=True, histogram=True)
   assert sorted(full.parts) == ["calibration", "classwise", "confusion", "histogram", "scalars"]
   logits, labels, mask = _data(8)
   np.testing.assert_array_equal(

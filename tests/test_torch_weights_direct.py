@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 from safetensors import numpy as safetensors_numpy
 
-from calib_jax import data, models
+from calib_jax import config as config_lib
+from calib_jax import data, experiment, models
+from calib_jax.config import variants
+from calib_jax.experiment import weights
 from calib_jax.models import torch_import
-from calib_jax.training import builders, config as config_lib, config_validation, loop, variants
+from calib_jax.training import loop
 from test_train_cli import ROOT, eval_program, parse  # noqa: F401
 from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 
@@ -68,16 +71,20 @@ def _digits_resnet18(**overrides):
   return variants.override(config, overrides)
 
 
+def _recipe(config):
+  """The config's model recipe, without checking the rest of the config."""
+  return weights.model_recipe(config.model, config.model_kwargs, config.dtype,
+                              data.info(config.data.name))
+
+
 def test_pretrained_safetensors_initialises_and_trains_a_resnet(tmp_path):
   """A 7-class file for a 10-class model: every backbone leaf comes from the file, the head is
   fresh (pretrained_skip=('head',)), and the run trains from there."""
   state = _grayscale_resnet18(num_classes=7, seed=1)
   config = _digits_resnet18(pretrained=_save(state, tmp_path / "r18.safetensors"),
                             pretrained_skip=("head",))
-  config_validation.validate(config, num_devices=1)
-  model = builders.build_model(config, builders.dataset_meta(config))
-  example = builders.example_input(config)
-  variables = builders.initial_variables(model, example, config, jax.random.key(0))
+  variables = experiment.build(config, devices=jax.devices()[:1]).initial_variables(
+      jax.random.key(0))
   np.testing.assert_array_equal(variables["params"]["backbone"]["stem_conv"]["kernel"],
                                 state["conv1.weight"].transpose(2, 3, 1, 0))
   np.testing.assert_array_equal(
@@ -100,11 +107,12 @@ def test_imagenet_resnet_file_lands_in_the_deeplab_backbone(tmp_path, config_fil
   state = torch_import.reference_state_dict(keys(), seed=3)
   config = config_lib.load_config_file(os.path.join(ROOT, "configs", config_file))
   config.pretrained = _save(state, tmp_path / "resnet_imagenet.safetensors")
-  model = builders.build_model(config, builders.dataset_meta(config))
+  model = _recipe(config).build()
   shapes = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False),
                           jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32))
   fresh = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
-  restored = builders.restore_pretrained_file(config, model, fresh)
+  restored = weights.restore_pretrained_file(_recipe(config), config.pretrained,
+                                             tuple(config.pretrained_skip), fresh)
   backbone = restored["params"]["backbone"]
   np.testing.assert_array_equal(backbone["stage3_block2"]["conv2"]["kernel"],
                                 state["layer3.2.conv2.weight"].transpose(2, 3, 1, 0))
@@ -121,28 +129,28 @@ def test_pretrained_errors_are_one_line(tmp_path):
   missing = str(tmp_path / "nowhere" / "r18.pth")
   config = _digits_resnet18(pretrained=missing)
   with pytest.raises(FileNotFoundError) as e:
-    builders.read_weight_file(config, missing, "config.pretrained", 10)
+    weights.read_weight_file(_recipe(config), missing, "config.pretrained")
   assert str(e.value).startswith(f"config.pretrained={missing!r}: no such file")
 
   path = _save(_grayscale_resnet18(10, seed=2), tmp_path / "r18.safetensors")
   small = _digits_resnet18(model="small_cnn", pretrained=path)
-  with pytest.raises(builders.WeightFileError) as e:
-    builders.read_weight_file(small, path, "config.pretrained", 10)
+  with pytest.raises(experiment.WeightFileError) as e:
+    weights.read_weight_file(_recipe(small), path, "config.pretrained")
   assert "no PyTorch converter for model 'small_cnn'" in str(e.value)
   assert "resnet50" in str(e.value) and "deeplabv3_resnet50" in str(e.value)
   assert "\n" not in str(e.value)
-  with pytest.raises(config_validation.ConfigError, match="'small_cnn' has no PyTorch converter"):
-    config_validation.validate(small, num_devices=1)
+  with pytest.raises(config_lib.ConfigError, match="'small_cnn' has no PyTorch converter"):
+    experiment.build(small, devices=jax.devices()[:1])
 
   wrong_depth = _digits_resnet18(model="resnet34", pretrained=path)
-  with pytest.raises(builders.WeightFileError) as e:
-    builders.read_weight_file(wrong_depth, path, "config.pretrained", 10)
+  with pytest.raises(experiment.WeightFileError) as e:
+    weights.read_weight_file(_recipe(wrong_depth), path, "config.pretrained")
   assert "does not match 'resnet34'" in str(e.value) and "missing" in str(e.value)
   assert "\n" not in str(e.value)
 
 
 _EVAL_CONFIG = """
-from calib_jax.training.config import base_config
+from calib_jax.config import base_config
 
 def get_config():
   config = base_config()
@@ -220,8 +228,8 @@ def test_pretrained_pth_goes_through_torch_load(tmp_path, monkeypatch):
   pth = tmp_path / "resnet18-f37072fd.pth"
   pth.write_bytes(b"")
   config = _digits_resnet18(pretrained=str(pth))
-  from_pth = builders.read_weight_file(config, str(pth), "config.pretrained", 10)
+  from_pth = weights.read_weight_file(_recipe(config), str(pth), "config.pretrained")
   assert calls == [str(pth)]
-  from_safetensors = builders.read_weight_file(
-      config, _save(state, tmp_path / "r18.safetensors"), "config.pretrained", 10)
+  from_safetensors = weights.read_weight_file(
+      _recipe(config), _save(state, tmp_path / "r18.safetensors"), "config.pretrained")
   jax.tree.map(np.testing.assert_array_equal, from_pth, from_safetensors)

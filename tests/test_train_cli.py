@@ -1,6 +1,6 @@
-"""train.py then eval.py through their absl `main` functions, in this process; the written
-metrics.json is checked against numpy re-computations from the checkpoint's parameters."""
-import importlib.util
+"""train.py then eval.py through their absl `main` functions (`calib_jax.cli.train` and
+`calib_jax.cli.evaluate`), in this process; the written metrics.json is checked against numpy
+re-computations from the checkpoint's parameters."""
 import json
 import os
 import sys
@@ -10,23 +10,23 @@ import numpy as np
 import pytest
 from absl import app, flags
 
-from calib_jax import data
-from calib_jax.training import builders, checkpoint, config as config_lib, evaluate
-from calib_jax.training import variants
+from calib_jax import config as config_lib
+from calib_jax import data, experiment
+from calib_jax.cli import evaluate as cli_evaluate
+from calib_jax.cli import flags as cli_flags
+from calib_jax.cli import train as cli_train
+from calib_jax.config import variants
+from calib_jax.evaluation import report, run as evaluation
+from calib_jax.training import checkpoint
 from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _load(name):
-  spec = importlib.util.spec_from_file_location(f"{name}_program", os.path.join(ROOT, f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-train_program = _load("train")
-eval_program = _load("eval")
+# The programs behind train.py and eval.py; their shared flags are defined as `run()` does.
+cli_flags.define(["prog"])
+train_program = cli_train
+eval_program = cli_evaluate
 
 
 @pytest.fixture
@@ -99,8 +99,8 @@ def _nll(logits, labels):
 
 def _logits_from_checkpoint(config, workdir, split):
   """Logits of a split from the raw checkpoint arrays and model.apply (no eval-program code)."""
-  meta = builders.dataset_meta(config)
-  model = builders.build_model(config, meta)
+  built = experiment.build(config, devices=jax.devices()[:1])
+  meta, model = built.meta, built.model
   raw, _ = checkpoint.Checkpointer(workdir, read_only=True).restore(None)
   variables = {"params": raw["params"], "batch_stats": raw["batch_stats"]}
   apply = jax.jit(lambda v, x: model.apply(v, x, train=False))
@@ -123,9 +123,9 @@ def test_train_then_eval_commands_and_metrics_against_numpy(tmp_path, capsys, pa
   parse(*_args(workdir), "--split=test")
   eval_program.main(["eval.py"])
   assert "PreT" in capsys.readouterr().out
-  out_dir = evaluate.eval_dir(workdir, "test")
-  results = json.load(open(os.path.join(out_dir, evaluate.RESULTS_FILE)))
-  for name in (evaluate.RELIABILITY_FILE, evaluate.RISK_COVERAGE_FILE):
+  out_dir = evaluation.eval_dir(workdir, "test")
+  results = json.load(open(os.path.join(out_dir, evaluation.RESULTS_FILE)))
+  for name in (report.RELIABILITY_FILE, report.RISK_COVERAGE_FILE):
     with open(os.path.join(out_dir, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -174,10 +174,9 @@ def test_unknown_variant_is_rejected_when_the_config_loads(parse):
 def test_command_line_adds_keys_to_free_form_dicts_only(parse):
   """`--config.data.options.download=False` adds a key the file leaves out (read as a Python
   literal); a new name outside the free-form dicts is still refused."""
-  from calib_jax.training import cli
   parse(f"--config={ROOT}/configs/default.py", "--config.data.options.download=False",
         "--config.model_kwargs.hidden=(64,)", "--config.data.splits.val=train[:10]")
-  config = cli.CONFIG.value
+  config = cli_flags.config()
   assert config.data.options.download is False
   assert tuple(config.model_kwargs.hidden) == (64,)
   assert config.data.splits.val == "train[:10]"

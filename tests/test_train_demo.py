@@ -10,7 +10,8 @@ from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F4
 def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
   config_file = tmp_path / "small_default.py"
   config_file.write_text(textwrap.dedent(f"""
-      from calib_jax.training import config as config_lib, variants
+      from calib_jax import config as config_lib
+      from calib_jax.config import variants
 
       VARIANTS = config_lib.load_config_module({demo.DEFAULT_CONFIG!r}).VARIANTS
 

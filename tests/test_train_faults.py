@@ -13,8 +13,12 @@ import jax
 import numpy as np
 import pytest
 
-from calib_jax.training import builders, checkpoint, evaluate, loop, parallel, preemption
-from calib_jax.training import config as config_lib, reporting, variants
+from calib_jax.training import checkpoint, loop, parallel, preemption
+from calib_jax import experiment
+from calib_jax.evaluation import report, run as evaluation
+from calib_jax.training import reporting
+from calib_jax import config as config_lib
+from calib_jax.config import variants
 from test_console import TINY
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
@@ -108,11 +112,7 @@ def test_no_readable_checkpoint_is_one_error_and_nothing_is_touched(two_checkpoi
 
 
 def _eval_restore(workdir, step=None):
-  config = tiny_config()
-  meta = builders.dataset_meta(config)
-  model = builders.build_model(config, meta)
-  return evaluate.restore_variables(config, workdir, model, parallel.make_mesh(),
-                                    builders.example_input(config), step)
+  return evaluation.restore_variables(experiment.build(tiny_config()), workdir, step)
 
 
 def test_eval_skips_a_damaged_newest_checkpoint_and_refuses_it_by_step(
@@ -149,12 +149,8 @@ def _final_variables(workdir, step):
   """The params and batch statistics of checkpoint `step` of a train.py run of TINY."""
   config = config_lib.load_config_file(TINY[0].split("=", 1)[1])  # The variables depend on the
   variants.override(config, {"data.name": "digits", "model_kwargs.widths": (4, 8)})  # model only.
-  meta = builders.dataset_meta(config)
-  model = builders.build_model(config, meta)
   ckpt = checkpoint.Checkpointer(workdir, read_only=True)
-  variables, saved = ckpt.restore_variables(
-      builders.abstract_variables(model, builders.example_input(config), parallel.make_mesh()),
-      step)
+  variables, saved = ckpt.restore_variables(experiment.build(config).abstract_variables(), step)
   ckpt.close()
   assert saved["step"] == step
   return jax.device_get(variables)
@@ -218,7 +214,7 @@ def test_unwritable_workdir_fails_right_after_config_validation(unwritable_workd
   def no_build(*args, **kwargs):
     raise AssertionError("went on to build the run before checking the work directory")
 
-  monkeypatch.setattr(builders, "dataset_meta", no_build)
+  monkeypatch.setattr(experiment.Experiment, "optimizer", no_build)
   with pytest.raises(reporting.WorkdirError) as info:
     loop.train_and_evaluate(tiny_config(), unwritable_workdir)
   assert str(info.value).startswith(f"work directory {unwritable_workdir} is not writable (")

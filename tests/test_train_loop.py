@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from calib_jax import data
-from calib_jax.training import builders, checkpoint, config as config_lib, config_validation, loop
-from calib_jax.training import reporting, variants
+from calib_jax.training import checkpoint, loop
+from calib_jax import experiment
+from calib_jax import config as config_lib
+from calib_jax.training import reporting
+from calib_jax.config import variants
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -153,7 +156,7 @@ def test_bad_config_fails_before_any_compilation(tmp_path, monkeypatch, override
   monkeypatch.setattr(jax, "jit", no_compile)
   config = tiny_config()
   variants.override(config, overrides)
-  with pytest.raises(config_validation.ConfigError, match=message):
+  with pytest.raises(config_lib.ConfigError, match=message):
     loop.train_and_evaluate(config, str(tmp_path / "bad"))
   assert not os.path.exists(tmp_path / "bad")
 
@@ -162,7 +165,7 @@ def test_validation_lists_every_problem_and_catches_typos():
   config = tiny_config(**{"optimizer.learning_rate": -1.0, "optimizer.momentum": 1.5,
                           "optimizer.sam_rho": -0.1})
   with pytest.raises(ValueError) as info:
-    config_validation.validate(config)
+    experiment.build(config)
   text = str(info.value)
   assert "learning_rate" in text and "momentum" in text and "sam_rho" in text
   config = tiny_config()
@@ -178,19 +181,21 @@ def test_a_configured_split_is_read_as_tfds_reads_it(monkeypatch):
   digits = registry.spec("digits")
   monkeypatch.setitem(registry._SPECS, "digits", dataclasses.replace(
       digits, meta=dataclasses.replace(digits.meta, train_split="train[:1000]")))
-  assert builders.split(tiny_config(), "train") == "train"  # the alias
-  assert loop.open_train_stream(tiny_config(), 0).num_examples == 1000
-  whole = tiny_config(**{"data.splits.train": "train", "data.splits.val": "train[:10]"})
-  assert builders.split(whole, "train") == "train[:100%]"
-  assert builders.split(whole, "val") == "train[:10]"
-  assert builders.num_train_examples(whole) == 1297
-  assert loop.open_train_stream(whole, 0).num_examples == 1297
+  alias = experiment.build(tiny_config()).data
+  assert alias.split("train") == "train"  # the alias
+  assert alias.train_stream(0, seed=0).num_examples == 1000
+  whole = experiment.build(
+      tiny_config(**{"data.splits.train": "train", "data.splits.val": "train[:10]"})).data
+  assert whole.split("train") == "train[:100%]"
+  assert whole.split("val") == "train[:10]"
+  assert whole.num_train_examples() == 1297
+  assert whole.train_stream(0, seed=0).num_examples == 1297
 
 
 def test_epoch_length_matches_training_stream():
   config = tiny_config(num_train_steps=-1, num_epochs=2.5, **{"data.batch_size": 64})
-  steps_per_epoch, total = builders.resolve_length(config, 1297)
-  assert (steps_per_epoch, total) == (1297 // 64, round(2.5 * (1297 // 64)))
+  length = experiment.run_length(config, 1297)
+  assert (length.steps_per_epoch, length.total_steps) == (1297 // 64, round(2.5 * (1297 // 64)))
 
 
 @pytest.mark.parametrize("overrides", [
@@ -202,10 +207,11 @@ def test_training_set_size_is_the_training_streams_count(overrides):
   """The size epochs, schedules and CRL's history are sized from is the `num_examples` the
   training stream itself reports (one count, in the data pipeline)."""
   config = tiny_config(**overrides)
-  size = builders.num_train_examples(config)
-  stream = loop.open_train_stream(config, 0)
+  recipe = experiment.build(config).data
+  size = recipe.num_train_examples()
+  stream = recipe.train_stream(0, config.seed)
   assert size == stream.num_examples
   expected = {"train[:100]": 100}.get(config.data.splits.get("train"), 1297)
   assert size == min(expected, config.data.options.get("max_examples", expected))
-  steps_per_epoch, _ = builders.resolve_length(config, size)
+  steps_per_epoch = experiment.run_length(config, size).steps_per_epoch
   assert steps_per_epoch == stream.batches_per_epoch  # one process: its batch is the global one

@@ -1,22 +1,20 @@
-"""Training and evaluation programs behind `train.py` and `eval.py`.
+"""The training program behind `train.py`.
 
     from calib_jax import training
     state = training.train_and_evaluate(config, workdir)    # train (resumes if possible)
-    results = training.evaluate_run(config, workdir)         # eval.py: metrics.json + plots
 
-Modules: `config` (schema and paper variants), `config_validation`, `optim` (optimisers and
-schedules), `state` (TrainState), `parallel` (device mesh), `step` (jit-compiled steps),
-`crl` (correctness ranking loss), `checkpoint` (orbax), `reporting` (progress line, metrics,
-TensorBoard), `loop`, `evaluate`.
+Modules: `loop` (`train_and_evaluate`), `step` (the jit-compiled train and predict steps),
+`state` (`TrainState`), `optim` (optimisers and schedules), `parallel` (device mesh),
+`crl` (correctness ranking loss), `checkpoint` (orbax), `preemption` (SIGTERM),
+`reporting` (progress line, metrics, TensorBoard). The config schema is `calib_jax.config`,
+building a config into a model, loss and data streams `calib_jax.experiment`, and evaluation
+`calib_jax.evaluation`.
 """
 import importlib
 
 _LAZY = {
     "train_and_evaluate": ("calib_jax.training.loop", "train_and_evaluate"),
     "NonFiniteLossError": ("calib_jax.training.loop", "NonFiniteLossError"),
-    "evaluate_run": ("calib_jax.training.evaluate", "evaluate_run"),
-    "validate": ("calib_jax.training.config_validation", "validate"),
-    "ConfigError": ("calib_jax.training.config_validation", "ConfigError"),
     "TrainState": ("calib_jax.training.state", "TrainState"),
 }
 

@@ -1,6 +1,7 @@
 """The training loop: one program for classification, segmentation and text.
 
-`train_and_evaluate(config, workdir)` validates the config, builds model/loss/optimiser, restores
+`train_and_evaluate(config, workdir)` builds the config's experiment (`calib_jax.experiment.build`:
+model, loss, optimiser and data streams, every config problem in one message), restores
 the newest checkpoint of `workdir` if there is one (exact resume: parameters, optimiser state,
 BatchNorm statistics, step, RNG and data position), trains to the configured length with
 periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
@@ -18,9 +19,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from calib_jax.training import builders
+from calib_jax import experiment as experiment_lib
+from calib_jax.evaluation import validation
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import config_validation, evaluators, optim, parallel, preemption
+from calib_jax.training import parallel, preemption
 from calib_jax.training import step as step_lib
 from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
@@ -42,19 +44,6 @@ def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
 
 def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
   return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
-
-
-def open_train_stream(config: ml_collections.ConfigDict, start_step: int):
-  """The training batches from data position `start_step` on (this process's share)."""
-  from calib_jax import data
-  options = builders.train_data_options(config)
-  if config.crl_weight > 0:
-    options["return_index"] = True  # CRL keys its correctness history by example position
-  return iter(data.make_dataset(
-      config.data.name, builders.split(config, "train"),
-      batch_size=parallel.local_batch_size(config.data.batch_size),
-      train=True, seed=config.seed, data_dir=config.data.dir, start_batch=start_step,
-      process_index=jax.process_index(), process_count=jax.process_count(), **options))
 
 
 def _non_finite_error(metrics: dict[str, np.ndarray], step: int,
@@ -90,7 +79,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """Trains the config's model in `workdir` (resuming from its newest checkpoint).
 
   Args:
-    config: a config following `calib_jax.training.config.base_config`.
+    config: a config following `calib_jax.config.base_config`.
     workdir: directory for checkpoints, metrics and the saved config.
     devices: devices of the data-parallel mesh (default: all).
 
@@ -98,27 +87,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     The final training state (replicated on the mesh).
 
   Raises:
-    ValueError: the config is invalid (raised before anything is compiled).
+    ConfigError: (a ValueError) the config is invalid (raised before anything is compiled).
     reporting.WorkdirError: `workdir` cannot be written (raised before anything is built).
     NonFiniteLossError: the loss or gradient became NaN/inf.
     preemption.Preempted: SIGTERM arrived; the step in flight was finished and saved.
   """
   parallel.maybe_initialize_distributed(config.multihost)
-  config_validation.validate(config, num_devices=len(devices) if devices else None)
+  experiment = experiment_lib.build(config, devices=devices)
   log_lib.check_workdir(workdir)
 
-  meta = builders.dataset_meta(config)
-  example = builders.example_input(config)
-  num_train_examples = builders.num_train_examples(config)
-  steps_per_epoch, total_steps = builders.resolve_length(config, num_train_examples)
-  mesh = parallel.make_mesh(devices)
-  model = builders.build_model(config, meta)
-  loss_fn = builders.build_loss(config)
-  schedule = optim.schedule_from_config(
-      config.schedule, base_lr=config.optimizer.learning_rate, total_steps=total_steps,
-      steps_per_epoch=steps_per_epoch)
-  tx = optim.optimizer_from_config(config.optimizer, schedule)
-  crl_num_examples = num_train_examples if config.crl_weight > 0 else 0
+  steps_per_epoch, total_steps = experiment.length.steps_per_epoch, experiment.length.total_steps
+  schedule, tx = experiment.optimizer()
 
   log_lib.save_config(config, workdir)
   checkpointer = checkpoint_lib.Checkpointer(
@@ -126,8 +105,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       max_to_keep=config.keep_checkpoints)
   if checkpointer.latest_step() is not None:
     try:
-      state, _ = checkpointer.restore(
-          builders.abstract_state(config, model, tx, example, mesh, crl_num_examples))
+      state, _ = checkpointer.restore(experiment.abstract_state())
     except Exception:
       checkpointer.close()
       raise
@@ -136,7 +114,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     if checkpointer.skipped:
       _report_skipped(checkpointer, int(state.step))
   else:
-    state = builders.initial_state(config, model, tx, example, mesh, crl_num_examples)
+    state = experiment.initial_state()
   start_step = int(jax.device_get(state.step))
   if start_step >= total_steps:
     logging.info("Already trained for %d steps; nothing to do.", start_step)
@@ -145,12 +123,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     checkpointer.close()
     return state
 
+  mesh = experiment.mesh
   train_step = step_lib.jit_train_step(
-      step_lib.make_train_step(model, loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
-                               crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
+      step_lib.make_train_step(experiment.model, experiment.loss_fn, tx, schedule,
+                               sam_rho=config.optimizer.sam_rho, crl_weight=config.crl_weight,
+                               steps_per_epoch=steps_per_epoch),
       mesh)
-  train_iter = open_train_stream(config, start_step)
-  validation = evaluators.ValidationEvaluator(config, model, mesh, meta)
+  train_iter = experiment.data.train_stream(start_step, config.seed,
+                                            return_index=config.crl_weight > 0)
+  validator = validation.ValidationEvaluator(experiment)
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
   eval_every = _eval_interval(config, steps_per_epoch)
@@ -205,7 +186,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       if progress is not None:
         progress.update(done, status, force=done == stop_at)
       if eval_now:
-        val = validation.run(state.variables())
+        val = validator.run(state.variables())
         writer.write(done, "val", val)
         line = f"step {done} val " + " ".join(f"{k}={v:.4f}" for k, v in val.items())
         logging.info("%s", line)

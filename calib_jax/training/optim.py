@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from calib_jax.training import config as config_lib
 
 SCHEDULES = ("constant", "multistep", "cosine", "poly")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -94,7 +93,7 @@ def make_schedule(
 
 
 def schedule_problems(schedule: Any) -> list[str]:
-  """What is wrong with a config's `schedule` sub-config (`training.config.base_config`)."""
+  """What is wrong with a config's `schedule` sub-config (`calib_jax.config.base_config`)."""
   problems = []
   if schedule.name not in SCHEDULES:
     problems.append(f"unknown schedule {schedule.name!r}; valid schedules: "
@@ -118,8 +117,8 @@ def schedule_problems(schedule: Any) -> list[str]:
 
 def schedule_from_config(schedule: Any, *, base_lr: float, total_steps: int,
                          steps_per_epoch: int) -> optax.Schedule:
-  """`make_schedule` from a config's `schedule` sub-config; `ConfigError` if it is invalid."""
-  config_lib.raise_if_problems(schedule_problems(schedule))
+  """`make_schedule` from a config's `schedule` sub-config (checked by `schedule_problems`, which
+  `experiment.build` runs with every other check before anything is built)."""
   return make_schedule(
       name=schedule.name,
       base_lr=base_lr,
@@ -199,7 +198,7 @@ def make_optimizer(
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:
-  """What is wrong with a config's `optimizer` sub-config (`training.config.base_config`)."""
+  """What is wrong with a config's `optimizer` sub-config (`calib_jax.config.base_config`)."""
   o = optimizer
   problems = []
   if o.name not in OPTIMIZERS:
@@ -224,9 +223,9 @@ def optimizer_problems(optimizer: Any) -> list[str]:
 
 def optimizer_from_config(optimizer: Any,
                           schedule: optax.Schedule) -> optax.GradientTransformation:
-  """`make_optimizer` from a config's `optimizer` sub-config with the learning rate `schedule`;
-  `ConfigError` if the sub-config is invalid. (`sam_rho` is read by the train step.)"""
-  config_lib.raise_if_problems(optimizer_problems(optimizer))
+  """`make_optimizer` from a config's `optimizer` sub-config with the learning rate `schedule`
+  (checked by `optimizer_problems`, run by `experiment.build`; `sam_rho` is read by the train
+  step)."""
   return make_optimizer(
       name=optimizer.name,
       learning_rate=schedule,

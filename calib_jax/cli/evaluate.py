@@ -1,0 +1,73 @@
+"""Evaluates a trained run: calibration and selective-classification metrics, before and after
+temperature scaling, written to `<workdir>/eval_<split>/metrics.json` with plots.
+
+    calib-jax-eval --config=configs/cifar10_resnet50.py:mbls --workdir=workdirs/c10_mbls \\
+        [--split=test] [--step=N]
+
+(`python eval.py ...` in a source checkout, `python -m calib_jax.cli.evaluate ...` anywhere.)
+With `--weights=FILE` (our variables file, or a torchvision / timm .pth/.pt/.bin/.safetensors
+state dict of the config's model) those weights are evaluated instead of a checkpoint: no
+training run is needed, the workdir only receives the results.
+
+The console shows the results table; library logs go to `<workdir>/log.txt` (`--verbosity=0`
+or `--alsologtostderr` shows them on stderr as well).
+"""
+import os
+import sys
+
+from absl import app, logging
+from absl import flags as absl_flags
+
+from calib_jax.cli import console, flags
+
+_SPLIT = absl_flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
+_STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
+_WEIGHTS = absl_flags.DEFINE_string(
+    "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
+    "file or a PyTorch .pth/.pt/.bin/.safetensors state dict of the config's model.")
+
+
+def main(argv: list[str]) -> None:
+  """absl's main: restores the checkpoint (or reads --weights), writes metrics and plots,
+  prints a summary."""
+  from calib_jax.config import ConfigError
+  from calib_jax.data.checks import DataError
+  from calib_jax.evaluation import run as evaluation
+  from calib_jax.experiment import WeightFileError
+  from calib_jax.training import checkpoint, reporting
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if _WEIGHTS.value and _STEP.value is not None:
+    raise app.UsageError("--step picks a checkpoint; it cannot go with --weights")
+  workdir = flags.workdir()
+  if _WEIGHTS.value:
+    resolved = os.path.abspath(os.path.expanduser(_WEIGHTS.value))
+    if not os.path.isfile(resolved):  # Before the workdir is made for the results.
+      sys.exit(f"eval.py: weights={_WEIGHTS.value!r}: no such file ({resolved})")
+    os.makedirs(workdir, exist_ok=True)  # It only receives the results.
+  elif not os.path.isdir(workdir):
+    sys.exit(f"eval.py: work directory {workdir} not found; train into it with train.py first "
+             "(or evaluate a weight file with --weights=FILE).")
+  try:
+    console.setup(workdir)
+  except OSError as e:  # Before anything is built: the work directory cannot be written.
+    sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
+  try:
+    results = evaluation.evaluate_run(flags.config(), workdir, split=_SPLIT.value,
+                                      step=_STEP.value, weights=_WEIGHTS.value)
+  except (ConfigError, WeightFileError, checkpoint.UnreadableCheckpointError, DataError,
+          FileNotFoundError, reporting.WorkdirError) as e:
+    logging.error("%s", e)
+    sys.exit(f"eval.py: {e}")
+  print(evaluation.format_table(results))
+
+
+def run() -> None:
+  """The program: quiet native logs, flags, then `main` under absl."""
+  console.quiet_native_logs(sys.argv)
+  flags.define(sys.argv)
+  app.run(main, flags_parser=flags.parse_flags)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,55 @@
+"""Trains a model from an ml_collections config (resuming from the work directory if possible).
+
+    calib-jax-train --config=configs/cifar10_resnet50.py:mbls --workdir=workdirs/c10_mbls \\
+        [--config.data.batch_size=256 ...]
+
+(`python train.py ...` in a source checkout, `python -m calib_jax.cli.train ...` anywhere.)
+Running the same command again after an interruption continues from the newest checkpoint.
+SIGTERM (a preemption notice) finishes the step in flight, saves it, prints one line and exits
+with status 75 (EX_TEMPFAIL); see `calib_jax/training/preemption.py`.
+The console shows the progress bar and the validation results; library logs go to
+`<workdir>/log.txt` (`--verbosity=0` or `--alsologtostderr` shows them on stderr as well).
+Before paying for a TPU slice or GPUs, `python -m calib_jax.dry_run --config=... --topology=...`
+compiles this config's train step for them and says whether it fits and how fast it would run.
+"""
+import sys
+
+from absl import app, logging
+
+from calib_jax.cli import console, flags
+
+
+def main(argv: list[str]) -> None:
+  """absl's main: builds and trains the `--config` run in `--workdir`."""
+  from calib_jax.config import ConfigError
+  from calib_jax.data.checks import DataError
+  from calib_jax.experiment import WeightFileError
+  from calib_jax.training import checkpoint, loop, preemption, reporting
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  workdir = flags.workdir()
+  try:
+    console.setup(workdir)
+  except OSError as e:  # Before anything is built: the work directory cannot be written.
+    sys.exit(f"train.py: work directory {workdir} is not writable ({e.strerror or e})")
+  try:
+    loop.train_and_evaluate(flags.config(), workdir)
+  except (ConfigError, WeightFileError, loop.NonFiniteLossError,
+          checkpoint.UnreadableCheckpointError, DataError, FileNotFoundError,
+          reporting.WorkdirError) as e:
+    logging.error("%s", e)
+    sys.exit(f"train.py: {e}")
+  except preemption.Preempted as e:
+    print(f"train.py: {e}", file=sys.stderr, flush=True)
+    sys.exit(preemption.PREEMPTED_EXIT_CODE)
+
+
+def run() -> None:
+  """The program: quiet native logs, flags, then `main` under absl."""
+  console.quiet_native_logs(sys.argv)
+  flags.define(sys.argv)
+  app.run(main, flags_parser=flags.parse_flags)
+
+
+if __name__ == "__main__":
+  run()

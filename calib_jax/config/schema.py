@@ -1,0 +1,247 @@
+"""The config schema: every field `train.py` and `eval.py` read, with its default.
+
+Experiment configs in `configs/` start from `base_config()`, override what their paper's
+recipe says and offer named variants (`calib_jax.config.variants`). Fields:
+
+* run: `seed`, `multihost`, `num_train_steps` / `num_epochs`, `steps_per_epoch`,
+  `stop_after_steps`;
+* `data`: `name`, `dir`, `splits` (tfds split per role), `options` (every split),
+  `train_options` (train only, e.g. ALS's `objectness`/`context_rate`), `batch_size` (global),
+  `eval_batch_size`;
+* model: `model`, `model_kwargs`, `dtype`, `pretrained` (path of variables to start from),
+  `pretrained_skip` (top-level parameter names not taken from it);
+* loss: `loss`, `loss_kwargs`, `crl_weight` (CRL ranking term, 0 = off);
+* `optimizer`: `name`, `learning_rate`, `momentum`, `nesterov`, `weight_decay`, `b1`/`b2`/`eps`,
+  `grad_clip_norm`, `sam_rho`, `lr_multipliers`;
+* `schedule`: `name`, `warmup_epochs`, `boundaries_epochs`, `decay_factor`, `poly_power`,
+  `time_decay`;
+* logging/checkpoints: `log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`,
+  `keep_checkpoints`, `tensorboard`, `progress_bar`;
+* `eval`: settings of eval.py (bins, p-norm candidates, selective-classification operating
+  points, context-only evaluation, class activation maps and confidence maps).
+"""
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+# Sub-dicts whose keys are free-form (passed through as keyword arguments); every other part of
+# the schema is locked, so a misspelt field raises where it is set instead of being ignored.
+FREE_FORM_FIELDS = ("data.splits", "data.options", "data.train_options", "model_kwargs",
+                    "loss_kwargs", "optimizer.lr_multipliers")
+
+
+class ConfigError(ValueError):
+  """A config cannot be run; the message lists every problem."""
+
+
+def raise_if_problems(problems: list[str]) -> None:
+  """`ConfigError` listing `problems` (one per line), if there are any."""
+  if problems:
+    raise ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """All fields with their defaults (a small CNN on the offline generated dataset).
+
+  The returned config is locked (`ml_collections.ConfigDict.lock`): setting a field the schema
+  does not have raises, with ml_collections' "did you mean" hint; the free-form sub-dicts of
+  `FREE_FORM_FIELDS` stay open. The `data`, `optimizer`, `schedule` and `eval` sub-configs are
+  checked by the code that builds from them (`data_problems`, `optim.optimizer_problems`,
+  `optim.schedule_problems`, `evaluation.settings.eval_problems`), all at once by
+  `calib_jax.experiment.build`.
+  """
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.multihost = False
+
+  c.data = ml_collections.ConfigDict()
+  c.data.name = "clutter_objects"          # a name of the `calib_jax.data` registry
+  c.data.dir = config_dict.placeholder(str)  # tfds data_dir (default ~/tensorflow_datasets)
+  # Overrides of the dataset's splits: 'train' / 'val' / 'test' -> a tfds split string, e.g.
+  # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set;
+  # 'train' is the whole tfds split (an unset role gets the dataset's registered split).
+  c.data.splits = ml_collections.ConfigDict()
+  c.data.options = ml_collections.ConfigDict()        # `make_dataset` options, every split
+  c.data.train_options = ml_collections.ConfigDict()  # train split only (e.g. ALS objectness)
+  c.data.batch_size = 128                             # global, over all devices and hosts
+  c.data.eval_batch_size = 256
+
+  c.model = "small_cnn"
+  c.model_kwargs = ml_collections.ConfigDict()
+  c.dtype = "float32"
+  c.pretrained = config_dict.placeholder(str)
+  c.pretrained_skip = ("head",)
+
+  c.loss = "ce"
+  c.loss_kwargs = ml_collections.ConfigDict()
+  c.crl_weight = 0.0
+
+  # Length: num_train_steps if > 0, else num_epochs * steps_per_epoch; steps_per_epoch <= 0
+  # means floor(train examples per process / per-process batch): whole batches only.
+  c.num_epochs = 1.0
+  c.num_train_steps = -1
+  c.steps_per_epoch = -1
+  # End this process after this many steps of *this run* with a checkpoint (-1 = never);
+  # running the same command again continues. For job slots with a time limit.
+  c.stop_after_steps = -1
+
+  # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = "sgd"
+  c.optimizer.learning_rate = 0.1
+  c.optimizer.momentum = 0.9
+  c.optimizer.nesterov = False
+  c.optimizer.weight_decay = 5e-4
+  c.optimizer.b1 = 0.9     # adam / adamw moments
+  c.optimizer.b2 = 0.999
+  c.optimizer.eps = 1e-8
+  c.optimizer.grad_clip_norm = 0.0  # global gradient norm (0 = off)
+  c.optimizer.sam_rho = 0.0         # SAM radius (0 = off)
+  c.optimizer.lr_multipliers = ml_collections.ConfigDict()  # top-level param name -> factor
+
+  # `optim.make_schedule`'s arguments; epoch-valued fields are converted with steps_per_epoch.
+  c.schedule = ml_collections.ConfigDict()
+  c.schedule.name = "multistep"
+  c.schedule.warmup_epochs = 0.0
+  c.schedule.boundaries_epochs = ()
+  c.schedule.decay_factor = 0.1
+  c.schedule.poly_power = 0.9
+  c.schedule.time_decay = 0.0  # Keras-style lr / (1 + d·step) on top of the schedule (0 = off)
+
+  c.log_every_steps = 50
+  c.eval_every_steps = -1  # -1: once per epoch; 0: never during training.
+  c.checkpoint_every_steps = 1000
+  c.keep_checkpoints = 3
+  c.tensorboard = True
+  c.progress_bar = True
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.num_bins = 15
+  c.eval.fit_split = "val"           # temperature and p-norm are fitted here
+  # Also pick T from this grid by held-out ECE (the LR paper's protocol; () = off).
+  c.eval.temperature_grid = ()
+  c.eval.pnorm_candidates = tuple(range(1, 10))
+  c.eval.pnorm_center = True
+  c.eval.risk_levels = (0.01, 0.05, 0.1)        # coverage_at_risk operating points
+  c.eval.coverage_levels = (0.5, 0.8, 0.9)      # risk_at_coverage operating points
+  # Segmentation: random labelled pixels per image used to fit T and p on the fit split, and to
+  # score selective classification on the test split (LS-vs-SC samples 5000 per image).
+  c.eval.fit_pixels_per_image = 1000
+  c.eval.score_pixels_per_image = 5000
+  c.eval.max_plot_samples = 20_000      # samples (pixels) drawn in the reliability diagram
+  c.eval.context_eval = False         # also evaluate context-only (objects removed) images
+  c.eval.max_examples = -1            # -1: the whole split
+  # Pictures (calib_jax.evaluation.maps; 0 = off): Grad-CAM / Grad-CAM++ grid of the first
+  # test images (and localisation scores on datasets with boxes); segmentation confidence maps
+  # of the first validation images.
+  c.eval.cam_images = 8
+  c.eval.seg_map_images = 4
+  c.lock()
+  for field in FREE_FORM_FIELDS:
+    _get(c, field).unlock()
+  return c
+
+
+def _get(config: ml_collections.ConfigDict, dotted: str) -> Any:
+  for part in dotted.split("."):
+    config = config[part]
+  return config
+
+
+def _suggestions(name: str, fields: list[str]) -> list[str]:
+  """Dotted `fields` a misspelt, abbreviated or moved `name` may mean: close spellings of the
+  last part, initials ('lr' -> 'optimizer.learning_rate'), prefixes."""
+  import difflib
+  by_leaf: dict[str, list[str]] = {}
+  for field in fields:
+    by_leaf.setdefault(field.rsplit(".", 1)[-1], []).append(field)
+  initials = [f for leaf, fs in by_leaf.items() if "_" in leaf
+              and "".join(w[0] for w in leaf.split("_")) == name for f in fs]
+  close = [f for leaf in difflib.get_close_matches(name, list(by_leaf), n=3, cutoff=0.6)
+           for f in by_leaf[leaf]]
+  best = list(dict.fromkeys(initials + close))
+  if best:
+    return best[:3]
+  return [f for leaf, fs in by_leaf.items() if leaf.startswith(name) and len(name) >= 2
+          for f in fs][:3]
+
+
+# Fields of the flat schema before the `data` / `optimizer` / `schedule` sub-configs, and where
+# they live now: an old command line or config file gets the new name in its one-line error.
+MOVED_FIELDS = {
+    "dataset": "data.name", "data_dir": "data.dir", "data_options": "data.options",
+    "train_data_options": "data.train_options", "splits": "data.splits",
+    "batch_size": "data.batch_size", "eval_batch_size": "data.eval_batch_size",
+    "learning_rate": "optimizer.learning_rate", "momentum": "optimizer.momentum",
+    "nesterov": "optimizer.nesterov", "weight_decay": "optimizer.weight_decay",
+    "adam_b1": "optimizer.b1", "adam_b2": "optimizer.b2", "adam_eps": "optimizer.eps",
+    "grad_clip_norm": "optimizer.grad_clip_norm", "sam_rho": "optimizer.sam_rho",
+    "lr_multipliers": "optimizer.lr_multipliers", "warmup_epochs": "schedule.warmup_epochs",
+    "lr_boundaries_epochs": "schedule.boundaries_epochs",
+    "lr_decay_factor": "schedule.decay_factor", "poly_power": "schedule.poly_power",
+    "lr_time_decay": "schedule.time_decay",
+}
+
+
+def hint_fields(name: str, candidates: list[str]) -> list[str]:
+  """Fields that a wrong field `name` may mean: its new place if it moved, else close spellings
+  among `candidates`."""
+  return [MOVED_FIELDS[name]] if name in MOVED_FIELDS else _suggestions(
+      name.rsplit(".", 1)[-1], candidates)
+
+
+def unknown_field_message(config: ml_collections.ConfigDict, dotted: str) -> str | None:
+  """One line naming the first part of `dotted` (e.g. 'eval.num_binz') that `config` lacks, with
+  suggestions; None when every part exists."""
+  node, path = config, []
+  for part in dotted.split("."):
+    if not isinstance(node, ml_collections.ConfigDict):
+      return None
+    if part not in node:
+      name = ".".join(path + [part])
+      prefix = ".".join(path) + "." if path else ""
+      hint = hint_fields(name, [f for f in field_names(config) if f.startswith(prefix)])
+      if hint:
+        return f"unknown config field {name!r}; did you mean {' or '.join(map(repr, hint))}?"
+      where = ".".join(path) or "the config"
+      fields = sorted(node.keys())
+      return (f"unknown config field {name!r}; fields of {where}: "
+              f"{', '.join(fields) or '(none: free-form, set in the config file)'}")
+    node, path = node[part], path + [part]
+  return None
+
+
+def group_fields(config: ml_collections.ConfigDict, dotted: str) -> list[str]:
+  """The fields of `dotted` when it names a locked sub-config (`optimizer`, `data`, ...), where
+  a single value cannot go; else []."""
+  try:
+    node = _get(config, dotted)
+  except (AttributeError, KeyError):
+    return []
+  if not isinstance(node, ml_collections.ConfigDict) or dotted in FREE_FORM_FIELDS:
+    return []
+  return list(node.keys())
+
+
+def unattended_run(config: ml_collections.ConfigDict, *, log_every_steps: int,
+                   checkpoint_every_steps: int) -> ml_collections.ConfigDict:
+  """Settings of a study's unattended run (returned for chaining): no mid-run validation,
+  TensorBoard or progress bar, one checkpoint kept (to resume an interrupted run)."""
+  config.eval_every_steps = 0
+  config.tensorboard = False
+  config.progress_bar = False
+  config.log_every_steps = log_every_steps
+  config.checkpoint_every_steps = checkpoint_every_steps
+  config.keep_checkpoints = 1
+  return config
+
+
+def field_names(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+  """Every field of a config as a dotted path, at any depth (not the free-form sub-dicts' keys)."""
+  names = []
+  for key, value in config.items():
+    names.append(prefix + key)
+    if isinstance(value, ml_collections.ConfigDict) and prefix + key not in FREE_FORM_FIELDS:
+      names.extend(field_names(value, prefix + key + "."))
+  return names

@@ -1,0 +1,27 @@
+"""Evaluation: evaluators built from an `experiment.Experiment`, and the program behind eval.py.
+
+    from calib_jax import evaluation
+    results = evaluation.evaluate_run(config, workdir)   # metrics.json + plots
+
+Modules: `validation` (`ValidationEvaluator`, the training loop's; accumulators and the `eval`
+settings' checks), `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
+`maps` (`MapReport`: class activation and confidence maps), `run` (`evaluate_run`,
+`format_table`).
+"""
+import importlib
+
+_LAZY = {
+    "evaluate_run": ("calib_jax.evaluation.run", "evaluate_run"),
+    "format_table": ("calib_jax.evaluation.run", "format_table"),
+    "eval_dir": ("calib_jax.evaluation.run", "eval_dir"),
+    "CalibrationReport": ("calib_jax.evaluation.report", "CalibrationReport"),
+    "MapReport": ("calib_jax.evaluation.maps", "MapReport"),
+    "ValidationEvaluator": ("calib_jax.evaluation.validation", "ValidationEvaluator"),
+}
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    module, attr = _LAZY[name]
+    return getattr(importlib.import_module(module), attr)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,125 @@
+"""The evaluation program behind `eval.py`: the report of a trained run, or of a weight file.
+
+`evaluate_run(config, workdir, split='test')`:
+1. builds the config's experiment (`calib_jax.experiment.build`: every config problem in one
+   message) and restores the newest (or a given) checkpoint's parameters and BatchNorm
+   statistics, and nothing else (no optimiser, no training set); or, with `weights=FILE`,
+   reads them from a weight file (ours or PyTorch / safetensors) with no training run at all;
+2. runs the evaluators: `report.CalibrationReport` (temperature and p-norm fitted on the fit
+   split; calibration and selective metrics of the report split before and after temperature
+   scaling) and `maps.MapReport` (class activation maps and localisation scores, or pixel
+   confidence maps);
+3. writes `<workdir>/eval_<split>/metrics.json` and the evaluators' files, and returns the
+   results.
+"""
+import json
+import os
+from typing import Any
+
+import jax
+import ml_collections
+
+from calib_jax import experiment as experiment_lib
+from calib_jax.evaluation import maps, report
+from calib_jax.training import checkpoint as checkpoint_lib
+from calib_jax.training import reporting
+
+RESULTS_FILE = "metrics.json"
+
+
+def eval_dir(workdir: str, split: str) -> str:
+  """Where `evaluate_run` writes the results of `split`."""
+  return os.path.join(workdir, f"eval_{split}")
+
+
+def restore_variables(experiment: experiment_lib.Experiment, workdir: str,
+                      step: int | None = None) -> tuple[dict[str, Any], int]:
+  """The model variables (params, batch_stats) of a run's checkpoint (newest unless `step`) and
+  its step. Only those arrays are read: no optimiser is built and the training set is not
+  opened, so evaluation works whatever the optimiser settings are now."""
+  checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
+  if checkpointer.latest_step() is None:
+    raise FileNotFoundError(f"No checkpoint in {checkpointer.directory}; train first "
+                            "(python train.py --config=... --workdir=...)")
+  variables, meta = checkpointer.restore_variables(experiment.abstract_variables(), step)
+  checkpointer.close()
+  if checkpointer.skipped:
+    reporting.warn("; ".join(f"skipped checkpoint {s}, unreadable ({why})"
+                             for s, why in checkpointer.skipped)
+                   + f"; evaluating step {meta['step']}")
+  return variables, int(meta["step"])
+
+
+def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
+                 step: int | None = None, weights: str | None = None,
+                 devices: list[jax.Device] | None = None) -> dict[str, Any]:
+  """Evaluates a trained run and writes `metrics.json` and plots (see the module docstring).
+
+  Args:
+    config: the config the run was trained with.
+    workdir: the run's work directory (with `checkpoints/`); with `weights`, only where the
+      results go (no checkpoint is read).
+    split: `test` or `val`: the split to report.
+    step: checkpoint step (default: newest); not used with `weights`.
+    weights: a weight file to evaluate instead of the run's checkpoint: our variables file or
+      a PyTorch / safetensors file of the config's model (`experiment.weights`).
+    devices: devices of the mesh (default: all).
+
+  Returns:
+    The dict written to `metrics.json`: run identification, `fit` (temperature, p-norm and the
+    fit split's NLL before/after; `temperature_grid` with `eval.temperature_grid`),
+    `pre_temperature` and `post_temperature` (calibration and MSP-selective metrics; also
+    `post_temperature_grid` at the grid temperature), `selective` (per confidence score),
+    optional `context`, the map report's `localisation` / `seg_maps`, and `files`; `step` is
+    None and `weights` the file's absolute path when `weights` is given.
+
+  Raises:
+    ConfigError: the config is invalid (before anything is read).
+    FileNotFoundError: no checkpoint in `workdir` (without `weights`), or no `weights` file.
+    WeightFileError: a `weights` file that does not fit the config's model.
+  """
+  from calib_jax.experiment import weights as weights_lib
+  experiment = experiment_lib.build(config, devices=devices)
+  if weights:
+    variables = weights_lib.weight_file_variables(
+        experiment.model_recipe, weights, experiment.model, experiment.data.example_input(),
+        experiment.mesh)
+    source = {"step": None, "weights": os.path.abspath(os.path.expanduser(weights))}
+  else:
+    variables, ckpt_step = restore_variables(experiment, workdir, step)
+    source = {"step": ckpt_step}
+  calibration = report.CalibrationReport(experiment, split)
+  pictures = maps.MapReport(experiment, split, calibration.predict)
+  results = {**source, **calibration.run(variables), **report.jsonable(pictures.run(variables))}
+  if jax.process_index() == 0:
+    out_dir = eval_dir(workdir, split)
+    results["files"] = {**calibration.write(out_dir), **pictures.write(out_dir)}
+    with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
+      json.dump(results, f, indent=2, sort_keys=True)
+  return results
+
+
+def format_table(results: dict[str, Any]) -> str:
+  """A plain-text summary of `evaluate_run`'s results: PreT/PosT metrics and selective scores."""
+  pre, post = results["pre_temperature"], results["post_temperature"]
+  fit = results["fit"]
+  lines = [f"{results['dataset']} / {results['model']} / {results['loss']} — split "
+           f"{results['split']}, "
+           + (f"weights {results['weights']}" if results.get("weights")
+              else f"step {results['step']}") + f", {pre['num_samples']} samples",
+           f"temperature T = {fit['temperature']:.3f} and p-norm p = {fit['pnorm']} fitted on "
+           f"{fit['split']} ({fit['num_samples']} samples)",
+           "", f"{'metric':<22}{'PreT':>10}{'PosT':>10}"]
+  for key in report.CALIBRATION_KEYS + ("miou",):
+    if key in pre:
+      lines.append(f"{key:<22}{pre[key]:>10.4f}{post[key]:>10.4f}")
+  lines += ["", f"{'score':<18}{'AURC':>10}{'E-AURC':>10}{'AUGRC':>10}"]
+  for name, table in results["selective"].items():
+    lines.append(f"{name:<18}{table['aurc']:>10.4f}{table['eaurc']:>10.4f}"
+                 f"{table['augrc']:>10.4f}")
+  if "context" in results:
+    ctx = results["context"]
+    lines += ["", f"context-only images: accuracy {ctx['accuracy']:.4f}, mean confidence "
+                  f"{ctx['average_confidence']:.4f} (uniform {ctx['uniform_confidence']:.4f}), "
+                  f"mean entropy {ctx['mean_entropy']:.4f}"]
+  return "\n".join(lines + maps.format_lines(results))

@@ -1,0 +1,195 @@
+"""One build pass: a config becomes an `Experiment`, checked while it is built.
+
+    experiment = build(config)               # every problem of the config in one ConfigError
+    model, loss_fn = experiment.model, experiment.loss_fn
+    schedule, tx = experiment.optimizer()    # reads the training-set size on first use
+    state = experiment.initial_state()
+
+`build` checks every sub-config with the code that builds from it, builds the registry objects
+(loss, dataset metadata, model) at the same time, and raises one `ConfigError` listing all
+problems before anything is compiled or any data is read; registry look-ups only build Python
+objects, so a bad config fails in well under a second. What needs the data (the training-set
+size, hence the run's length and the schedule; an example input) is computed on first use and
+kept. The training loop, `eval.py` and the dry run all consume the same object, so a config
+that builds is exactly the model and loss that training will use.
+"""
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+import optax
+
+from calib_jax.config import schema
+from calib_jax.evaluation import validation
+from calib_jax.experiment import checks, weights
+from calib_jax.experiment.data import DataRecipe, data_problems
+from calib_jax.training import optim, parallel, state as state_lib
+
+LossFn = Callable[..., jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLength:
+  """`steps_per_epoch` and `total_steps` of a run, and the training-set size they come from."""
+  steps_per_epoch: int
+  total_steps: int
+  num_train_examples: int
+
+
+def run_length(config: ml_collections.ConfigDict, num_train_examples: int) -> RunLength:
+  """The run's length from the config's `steps_per_epoch`, `num_train_steps`, `num_epochs` and
+  global batch size.
+
+  An epoch is what the training stream yields before reshuffling: whole global batches only,
+  each process reading its `1/process_count` shard of the examples.
+  """
+  if config.steps_per_epoch > 0:
+    steps_per_epoch = int(config.steps_per_epoch)
+  else:
+    per_process = num_train_examples // jax.process_count()
+    steps_per_epoch = per_process // parallel.local_batch_size(config.data.batch_size)
+    if steps_per_epoch < 1:
+      raise schema.ConfigError(
+          f"batch_size={config.data.batch_size} is larger than the {num_train_examples} training "
+          "examples")
+  if config.num_train_steps > 0:
+    total_steps = int(config.num_train_steps)
+  else:
+    total_steps = max(int(round(config.num_epochs * steps_per_epoch)), 1)
+  return RunLength(steps_per_epoch, total_steps, num_train_examples)
+
+
+class Experiment:
+  """What a config builds: its dataset, model, loss, data streams, optimiser and states.
+
+  Attributes:
+    config: the config it was built from (for the run-level fields: seed, logging, checkpoints).
+    meta: the dataset's metadata (`calib_jax.data.info`).
+    mesh: the device mesh the batches are sharded over.
+    model_recipe: the model's registry name, classes and keyword arguments.
+    model: the Flax module.
+    loss_fn: `loss_fn(logits, labels, *, mask, objectness)`.
+    data: the streams of `config.data`.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh,
+               data_recipe: DataRecipe, model_recipe: weights.ModelRecipe, model: nn.Module,
+               loss_fn: LossFn):
+    self.config, self.mesh, self.data = config, mesh, data_recipe
+    self.meta = data_recipe.meta
+    self.model_recipe, self.model, self.loss_fn = model_recipe, model, loss_fn
+
+  @functools.cached_property
+  def length(self) -> RunLength:
+    """The run's length (reads the training-set size on first use)."""
+    return run_length(self.config, self.data.num_train_examples())
+
+  @property
+  def crl_num_examples(self) -> int:
+    """Size of CRL's correctness history: the training-set size with CRL, else 0."""
+    return self.length.num_train_examples if self.config.crl_weight > 0 else 0
+
+  @functools.cached_property
+  def _optimizer(self) -> tuple[optax.Schedule, optax.GradientTransformation]:
+    length = self.length
+    schedule = optim.schedule_from_config(
+        self.config.schedule, base_lr=self.config.optimizer.learning_rate,
+        total_steps=length.total_steps, steps_per_epoch=length.steps_per_epoch)
+    return schedule, optim.optimizer_from_config(self.config.optimizer, schedule)
+
+  def optimizer(self) -> tuple[optax.Schedule, optax.GradientTransformation]:
+    """`(schedule, tx)` of the run: the learning rate by step and the optimiser."""
+    return self._optimizer
+
+  def initial_variables(self, key: jax.Array) -> dict[str, Any]:
+    """Freshly initialised variables, overwritten with `config.pretrained` if given."""
+    example = self.data.example_input()
+    variables = jax.jit(lambda k, x: self.model.init({"params": k}, x, train=False))(
+        key, example)
+    return weights.restore_pretrained_file(self.model_recipe, self.config.pretrained,
+                                           tuple(self.config.pretrained_skip),
+                                           jax.device_get(variables))
+
+  def initial_state(self) -> state_lib.TrainState:
+    """The initial training state, replicated on the mesh (the same for every process)."""
+    init_key, run_key = jax.random.split(jax.random.key(self.config.seed))
+    _, tx = self.optimizer()
+    state = state_lib.create(self.initial_variables(init_key), tx, run_key,
+                             crl_num_examples=self.crl_num_examples)
+    return parallel.replicate(state, self.mesh)
+
+  def abstract_state(self) -> state_lib.TrainState:
+    """Shapes, dtypes and shardings of the training state, without computing it (restores)."""
+    _, tx = self.optimizer()
+    example = self.data.example_input()
+
+    def init():
+      variables = self.model.init({"params": jax.random.key(0)}, example, train=False)
+      return state_lib.create(variables, tx, jax.random.key(0),
+                              crl_num_examples=self.crl_num_examples)
+
+    sharding = parallel.replicated(self.mesh)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                        jax.eval_shape(init))
+
+  def abstract_variables(self) -> dict[str, Any]:
+    """Shapes, dtypes and shardings of the model variables alone (for evaluation)."""
+    return weights.abstract_variables(self.model, self.data.example_input(), self.mesh)
+
+
+def _from_registry(problems: list[str], kind: str, name: str, valid: Iterable[str],
+                   make: Callable[[], Any]) -> Any:
+  """`make()` when `name` is one of `valid` and its arguments are accepted, else None with the
+  problem appended (the valid names, or the registry's own message)."""
+  valid = list(valid)
+  if name not in valid:
+    problems.append(f"unknown {kind} {name!r}; valid {kind} names: {', '.join(valid)}")
+    return None
+  try:
+    return make()
+  except (ValueError, TypeError) as e:
+    problems.append(f"{kind} {name!r}: {e}")
+    return None
+
+
+def build(config: ml_collections.ConfigDict, *,
+          devices: list[jax.Device] | None = None) -> Experiment:
+  """Checks `config` while building its experiment; see the module docstring.
+
+  Args:
+    config: a config following `calib_jax.config.base_config`.
+    devices: devices of the data-parallel mesh (default: all devices of all processes).
+
+  Raises:
+    ConfigError: (a `ValueError`) listing every problem of the config, one per line.
+  """
+  from calib_jax import data, losses, models  # Deferred: `data` imports TensorFlow.
+  mesh = parallel.make_mesh(devices)
+  problems = [
+      *checks.run_problems(config),
+      *data_problems(config.data, mesh.devices.size),
+      *optim.optimizer_problems(config.optimizer),
+      *optim.schedule_problems(config.schedule),
+      *validation.eval_problems(config.eval),
+      *weights.pretrained_problems(config.pretrained, config.model),
+  ]
+  loss_fn = _from_registry(problems, "loss", config.loss, losses.names(),
+                           lambda: losses.get(config.loss, **config.loss_kwargs.to_dict()))
+  meta = _from_registry(problems, "dataset", config.data.name, data.names(),
+                        lambda: data.info(config.data.name))
+  recipe = model = data_recipe = None
+  if meta is not None:
+    data_recipe = DataRecipe(config.data, meta)
+    recipe = _from_registry(
+        problems, "model", config.model, models.names(),
+        lambda: weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta))
+    if recipe is not None:
+      model = _from_registry(problems, "model", config.model, models.names(), recipe.build)
+    problems += data_recipe.option_problems()
+    problems += checks.task_problems(config, meta)
+  schema.raise_if_problems(problems)
+  return Experiment(config, mesh, data_recipe, recipe, model, loss_fn)

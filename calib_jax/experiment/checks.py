@@ -1,0 +1,55 @@
+"""Checks of a config that concern more than one sub-config, or none: the run's length and
+logging fields, the compute dtype, and combinations that cannot work (ALS without objectness,
+CRL on segmentation, context evaluation without boxes).
+
+The checks of each sub-config live beside the code that builds from it
+(`data.data_problems`, `optim.optimizer_problems` / `schedule_problems`,
+`evaluation.validation.eval_problems`, `weights.pretrained_problems`); `build.build` gathers
+them all with these, so every problem arrives in one message before anything compiles.
+"""
+from typing import Any
+
+import ml_collections
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def run_problems(config: ml_collections.ConfigDict) -> list[str]:
+  """Problems of the top-level fields (length, logging, checkpoints, CRL, dtype)."""
+  checks = [
+      (config.num_train_steps > 0 or config.num_epochs > 0,
+       "set num_train_steps > 0 or num_epochs > 0"),
+      (config.crl_weight >= 0, f"crl_weight must be >= 0 (0 = off), got {config.crl_weight}"),
+      (config.log_every_steps > 0, f"log_every_steps must be > 0, got {config.log_every_steps}"),
+      (config.checkpoint_every_steps > 0,
+       f"checkpoint_every_steps must be > 0, got {config.checkpoint_every_steps}"),
+      (config.keep_checkpoints >= 0,
+       f"keep_checkpoints must be >= 0 (0 = all), got {config.keep_checkpoints}"),
+      (config.eval_every_steps >= -1, "eval_every_steps must be -1 (each epoch), 0 (never) or "
+       f"> 0, got {config.eval_every_steps}"),
+      (config.stop_after_steps == -1 or config.stop_after_steps > 0,
+       f"stop_after_steps must be -1 (off) or > 0, got {config.stop_after_steps}"),
+      (config.dtype in DTYPES,
+       f"unknown dtype {config.dtype!r}; valid dtypes: {', '.join(DTYPES)}"),
+  ]
+  return [message for ok, message in checks if not ok]
+
+
+def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
+  """Combinations of loss, data options, CRL and evaluation that the dataset `meta` cannot
+  serve."""
+  problems = []
+  objectness = config.data.train_options.get("objectness", False)
+  if config.loss == "als" and not objectness:
+    problems.append("loss 'als' needs per-example objectness: set "
+                    "data.train_options.objectness=True (a dataset with boxes)")
+  if objectness and not meta.has_boxes:
+    problems.append(f"data.train_options.objectness needs boxes; dataset {config.data.name!r} "
+                    "has none")
+  if config.crl_weight > 0 and meta.task != "classification":
+    problems.append(f"CRL (crl_weight > 0) is for classification; dataset {config.data.name!r} "
+                    f"is a {meta.task} task")
+  if config.eval.context_eval and not meta.has_boxes:
+    problems.append(f"eval.context_eval needs boxes to remove objects; dataset "
+                    f"{config.data.name!r} has none")
+  return problems

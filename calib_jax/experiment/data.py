@@ -1,0 +1,143 @@
+"""The data side of an experiment: a config's `data` sub-config bound to its dataset.
+
+`DataRecipe` is built once per run (by `experiment.build`) from `config.data` and the dataset's
+metadata, and is the one place that turns them into `calib_jax.data.make_dataset` calls: the
+training stream (this process's share, from a data position on), one pass over an evaluation
+split as global batches, the training-set size and one example input. The training loop, the
+evaluators and the dry run take their streams from it instead of reassembling `config.data.*`.
+"""
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from calib_jax.training import parallel
+
+ROLES = ("train", "val", "test")
+
+
+def data_problems(data_config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
+  """What is wrong with a `data` sub-config, short of its dataset (batch sizes the devices
+  cannot split, split overrides that are not tfds split strings)."""
+  problems = []
+  for field in ("batch_size", "eval_batch_size"):
+    value = data_config[field]
+    if value <= 0:
+      problems.append(f"data.{field} must be > 0, got {value}")
+    elif value % num_devices:
+      problems.append(f"data.{field}={value} is not divisible by the number of devices "
+                      f"({num_devices}); the batch is split evenly across them")
+  for role, tfds_split in data_config.splits.items():
+    if role not in ROLES or not isinstance(tfds_split, str) or not tfds_split:
+      problems.append(f"data.splits.{role}={tfds_split!r}: keys must be 'train', 'val' or "
+                      "'test' and values tfds split strings such as 'train[:50000]'")
+  return problems
+
+
+class DataRecipe:
+  """Streams of one dataset as a config's `data` sub-config asks for them.
+
+  Attributes:
+    config: the `data` sub-config (name, dir, splits, options, train_options, batch sizes).
+    meta: `calib_jax.data.info(config.name)`.
+  """
+
+  def __init__(self, data_config: ml_collections.ConfigDict, meta: Any):
+    self.config, self.meta = data_config, meta
+    self._num_train_examples: int | None = None
+    self._example: np.ndarray | None = None
+
+  def option_problems(self) -> list[str]:
+    """Options the dataset's pipeline rejects: every split's, then the training split's (a
+    problem is reported once)."""
+    from calib_jax import data  # Deferred: imports TensorFlow.
+    for field, options in (("options", self.config.options.to_dict()),
+                           ("train_options", self.train_options())):
+      try:
+        data.PipelineOptions.create(self.meta, options)
+      except (ValueError, TypeError) as e:
+        return [f"data.{field}: {e}"]
+    return []
+
+  def split(self, role: str) -> str:
+    """The split to read for `role` ('train', 'val' or 'test').
+
+    Unset in `data.splits`, the role itself, which `data.make_dataset` maps to the dataset's
+    registered split. Set, a tfds split string read as tfds reads it: 'train' is the whole tfds
+    train split (Fashion-MNIST's 60,000 images), not the registered 'train[:55000]' of the alias
+    (`data.tfds_split`)."""
+    if role not in self.config.splits:
+      return role
+    from calib_jax import data  # Deferred: imports TensorFlow.
+    return data.tfds_split(self.config.splits[role])
+
+  def train_options(self) -> dict[str, Any]:
+    """`make_dataset` options of the training split: `options` (every split) updated with
+    `train_options` (training only)."""
+    return {**self.config.options.to_dict(), **self.config.train_options.to_dict()}
+
+  def num_train_examples(self) -> int:
+    """Examples in the training split (after the `max_examples` option), counted by the data
+    pipeline itself for the same split, data dir and options as `train_stream`. Prepares a
+    locally built dataset on first use."""
+    if self._num_train_examples is None:
+      from calib_jax import data
+      self._num_train_examples = data.num_examples(
+          self.config.name, self.split("train"), data_dir=self.config.dir,
+          **self.train_options())
+    return self._num_train_examples
+
+  def example_input(self) -> np.ndarray:
+    """One real training input, batch of 1 (its shape and dtype initialise the model)."""
+    if self._example is None:
+      from calib_jax import data
+      from calib_jax.training import step
+      dataset = data.make_dataset(self.config.name, self.split("train"), batch_size=1,
+                                  train=False, data_dir=self.config.dir,
+                                  **{**self.config.options.to_dict(), "max_examples": 1})
+      self._example = step.model_input(next(iter(dataset)))[:1]
+    return self._example
+
+  def train_stream(self, start_step: int, seed: int, *,
+                   return_index: bool = False) -> Iterator[dict[str, np.ndarray]]:
+    """This process's training batches from data position `start_step` on (host arrays).
+
+    Args:
+      start_step: the number of batches already trained on (a resume's step).
+      seed: the run's seed (the order of the examples).
+      return_index: also yield each example's position in the split (`index`, for CRL).
+    """
+    from calib_jax import data
+    options = self.train_options()
+    if return_index:
+      options["return_index"] = True
+    return iter(data.make_dataset(
+        self.config.name, self.split("train"),
+        batch_size=parallel.local_batch_size(self.config.batch_size), train=True, seed=seed,
+        data_dir=self.config.dir, start_batch=start_step, process_index=jax.process_index(),
+        process_count=jax.process_count(), **options))
+
+  def eval_stream(self, role: str, mesh: jax.sharding.Mesh, *, max_examples: int = -1,
+                  **extra_options: Any) -> Iterator[dict[str, jax.Array]]:
+    """One pass over `role` ('val', 'test' or a tfds split string) as global batches of
+    `eval_batch_size` (the last one padded, `mask` False there).
+
+    Args:
+      role: the split's role or a tfds split string.
+      mesh: the batches are sharded over it.
+      max_examples: read only this many examples (-1: all).
+      **extra_options: further `make_dataset` options (e.g. `remove_objects=True`).
+    """
+    from calib_jax import data
+    options = {**self.config.options.to_dict(), **extra_options}
+    if max_examples > 0:
+      options["max_examples"] = int(max_examples)
+    stream = data.make_dataset(
+        self.config.name, self.split(role),
+        batch_size=parallel.local_batch_size(self.config.eval_batch_size), train=False,
+        data_dir=self.config.dir, process_index=jax.process_index(),
+        process_count=jax.process_count(), **options)
+    for batch in stream:
+      yield parallel.to_global(batch, mesh)

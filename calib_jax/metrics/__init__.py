@@ -28,6 +28,8 @@ from calib_jax.metrics.calibration import reliability_bins
 from calib_jax.metrics.calibration import reliability_from_bins
 from calib_jax.metrics.calibration import ReliabilityBins
 from calib_jax.metrics.calibration import underconfidence
+from calib_jax.metrics.calibration_l2 import debiased_ece
+from calib_jax.metrics.calibration_l2 import rms_calibration_error
 from calib_jax.metrics.segmentation import confusion_matrix
 from calib_jax.metrics.segmentation import iou_from_confusion
 from calib_jax.metrics.segmentation import miou
@@ -44,6 +46,8 @@ from calib_jax.metrics.selective import risk_at_coverage
 from calib_jax.metrics.selective import risk_at_coverage_key
 from calib_jax.metrics.selective import risk_coverage_curve
 from calib_jax.metrics.selective import selective_summary
+from calib_jax.metrics.smooth import smooth_calibration_curve
+from calib_jax.metrics.smooth import smooth_ece
 from calib_jax.metrics.streaming import StreamingMetrics
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "classwise_ece_from_bins", "confidence_and_correct", "ece", "ece_from_bins",
     "mce", "mce_from_bins", "nll", "overconfidence", "reliability_bins",
     "reliability_from_bins", "ReliabilityBins", "underconfidence",
+    "debiased_ece", "rms_calibration_error", "smooth_calibration_curve", "smooth_ece",
     "confusion_matrix", "iou_from_confusion", "miou", "subsample_pixel_indices",
     "subsample_pixels", "valid_mask",
     "aurc", "augrc", "coverage_at_risk", "coverage_at_risk_key", "eaurc", "risk_at_coverage",

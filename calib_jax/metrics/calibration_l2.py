@@ -45,8 +45,7 @@ def rms_from_bins(counts, confidence_sum, hits, num_samples) -> jax.Array:
 def _rms(probs, labels, mask, num_bins):
   conf, correct = calibration.confidence_and_correct(probs, labels)
   counts, conf_sum, hits = calibration.bin_sums(conf, correct, mask, num_bins)
-  n = calibration._valid_count(mask, labels.shape[0])  # pylint: disable=protected-access
-  return rms_from_bins(counts, conf_sum, hits, n)
+  return rms_from_bins(counts, conf_sum, hits, jnp.sum(counts).astype(jnp.float32))
 
 
 def equal_mass_bin_index(conf: jax.Array, mask: Optional[jax.Array], num_bins: int):

@@ -31,8 +31,9 @@ Where this differs from relplot 1.0, and why:
 * relplot's grid is `M = max(2000, round(20/σ)) // 2 + 1`. For `σ ≥ 0.01` that is 1001
   points, used here too. Below 0.01 relplot re-bins the data for every bandwidth the search
   tries (1025 to 5121 points); here one second grid of 5121 points (relplot's finest, at
-  `σ = 2⁻⁹`) serves all of them, so the data is binned twice in total, not once per step —
-  the difference is within the discretisation error above. With a fixed `bandwidth=` the grid
+  `σ = 2⁻⁹`) serves all of them, so the data is binned at most twice, not once per step (the
+  fine grid only when the search goes below 1/64) — the difference is within the
+  discretisation error above. With a fixed `bandwidth=` the grid
   is relplot's exactly.
 * An even `M` (relplot at some `σ < 0.01`) centres relplot's kernel half a grid step off; the
   grid here is always odd (`M + 1` when relplot's is even).
@@ -40,8 +41,11 @@ Where this differs from relplot 1.0, and why:
   nodes (samples in the outermost grid cells, e.g. confidences of exactly 1) is reflected at
   half the weight the continuous reflected kernel gives it: an O(h/σ) difference from the
   formula near 0 and 1. It is relplot's value, so it is kept.
-* float32 instead of float64 (differences ~1e-6), and relplot's test of `σ = 1` before the
+* float32 instead of float64, and relplot's test of `σ = 1` before the
   bisection is skipped: it can never pass, since `smECE_σ ≤ 1` for any data.
+
+Against relplot 1.0.3 (`bench/crosscheck_relplot.py`): the same σ on every case run, values
+within 2.4e-7 relative where σ ≥ 0.01 and 6.4e-4 where it is below.
 """
 import functools
 import math

@@ -22,11 +22,11 @@ def _rows(f, y, c=10):
 
 def cases(n, rng):
   f = rng.uniform(0.15, 1, n)
-  yield "over-confident, P(y | f) = f²", f, rng.random(n) < f ** 2
+  yield "over-confident, acc(f) = f²", f, rng.random(n) < f ** 2
   f = rng.uniform(0.15, 1, n)
   yield "calibrated", f, rng.random(n) < f
   f = np.where(rng.random(n) < 0.5, 1.0, rng.uniform(0.15, 1, n))
-  yield "half at f = 1, P(y | f) = 0.97 f", f, rng.random(n) < 0.97 * f
+  yield "half at f = 1, acc(f) = 0.97 f", f, rng.random(n) < 0.97 * f
   f = np.clip(1 / (1 + np.exp(-rng.normal(3, 2, n))), 0.15, 1)
   yield "sigmoid-shaped, calibrated", f, rng.random(n) < f
 

@@ -57,7 +57,7 @@ import numpy as np
 from jax import lax
 
 from calib_jax.metrics import _checks
-from calib_jax.metrics import _predictions
+from calib_jax.metrics import calibration
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -204,16 +204,9 @@ def fixed_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Arra
   return _smooth_ece_at(grid, jnp.float32(bandwidth), jnp.int32(num_eval), num_eval)
 
 
-def top_label(probs: jax.Array, labels: jax.Array):
-  """`(max p, argmax p == label)`: `confidence_and_correct`'s values, with the max taken by
-  a reduction rather than gathered at the argmax (2.4x faster at N = 1e6, C = 10 on XLA:CPU,
-  where the gather does not fuse with the scatters that follow)."""
-  return jnp.max(probs, axis=-1), _predictions.first_argmax(probs) == labels
-
-
 @functools.partial(jax.jit, static_argnames="bandwidth")
 def _smooth_ece(probs, labels, mask, bandwidth):
-  conf, correct = top_label(probs, labels)
+  conf, correct = calibration.confidence_and_correct(probs, labels)
   if bandwidth is None:
     return search_bandwidth(conf, correct, mask)
   return fixed_bandwidth(conf, correct, mask, bandwidth), jnp.float32(bandwidth)
@@ -292,7 +285,7 @@ def smooth_calibration_curve(probs: ArrayLike, labels: ArrayLike,
     raise ValueError(f"num_points must be >= 2, got {num_points}.")
   probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
   value, sigma = _smooth_ece(probs, labels, mask, bandwidth)
-  conf, correct = top_label(probs, labels)
+  conf, correct = calibration.confidence_and_correct(probs, labels)
   t, accuracy, density = _curve(conf, correct, mask, sigma, num_points)
   return {"t": np.asarray(t), "accuracy": np.asarray(accuracy),
           "density": np.asarray(density), "smooth_ece": float(value),

@@ -1,4 +1,5 @@
-"""Reliability diagrams and risk–coverage plots (matplotlib, Agg backend, PNG files)."""
+"""Reliability diagrams (binned and smoothed) and risk–coverage plots (matplotlib, Agg backend,
+PNG files)."""
 import os
 from typing import Mapping, Optional, Sequence, Tuple
 
@@ -122,5 +123,56 @@ def risk_coverage_plot(curves: Mapping[str, Tuple[object, object]], path: str,
     ax.set_title(title)
   ax.legend(fontsize="small")
   ax.grid(alpha=0.3)
+  fig.tight_layout()
+  return save_png(fig, path)
+
+
+def smooth_reliability_diagram(probs, labels, path: str, title: Optional[str] = None,
+                               mask=None, bandwidth: Optional[float] = None,
+                               num_points: int = 200) -> str:
+  """Saves relplot's smoothed reliability diagram (Błasiok & Nakkiran, 2023) as PNG.
+
+  Top: the kernel-smoothed accuracy `E[correct | confidence = t]` (red, its width following
+  the density of confidences, as relplot draws it), the diagonal, and the gap to it shaded;
+  bottom: the smoothed density of the confidences. The title gives the smooth ECE and the
+  kernel bandwidth σ (relplot's automatic choice unless `bandwidth` is given); both come from
+  `metrics.smooth_calibration_curve`.
+
+  Args:
+    probs: `[..., C]` probabilities; labels `[...]`; optional bool mask `[...]`.
+    path: output PNG file (directories are created).
+    title: shown before the smooth ECE in the title.
+    bandwidth: kernel width σ in (0, 1]; None for the automatic one.
+    num_points: points of the curve on [0, 1].
+
+  Returns:
+    `path`.
+  """
+  curve = metrics.smooth_calibration_curve(probs, labels, mask=mask, bandwidth=bandwidth,
+                                           num_points=num_points)
+  t, accuracy, density = curve["t"], curve["accuracy"], curve["density"]
+  fig, (ax_curve, ax_density) = plt.subplots(
+      2, 1, figsize=(5, 6), gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
+  ax_curve.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
+  ax_curve.fill_between(t, t, accuracy, color="tab:red", alpha=0.15, label="gap")
+  # Line width follows the density, so sparsely populated confidences draw thin.
+  width = 0.5 + 4.0 * density / max(float(density.max()), 1e-12)
+  points = np.stack([t, accuracy], axis=1)
+  segments = np.stack([points[:-1], points[1:]], axis=1)
+  from matplotlib.collections import LineCollection  # pylint: disable=import-outside-toplevel
+  ax_curve.add_collection(LineCollection(segments, linewidths=(width[:-1] + width[1:]) / 2,
+                                         colors="tab:red", label="smoothed accuracy"))
+  ax_curve.set_xlim(0, 1)
+  ax_curve.set_ylim(0, 1)
+  ax_curve.set_ylabel("accuracy")
+  head = f"smECE = {100 * curve['smooth_ece']:.2f}%  (σ = {curve['bandwidth']:.3f})"
+  ax_curve.set_title(f"{title}  {head}" if title else head)
+  ax_curve.legend(loc="upper left", fontsize="small")
+  ax_density.fill_between(t, 0, density, color="tab:gray", alpha=0.6)
+  ax_density.plot(t, density, color="black", linewidth=1)
+  ax_density.set_xlim(0, 1)
+  ax_density.set_ylim(bottom=0)
+  ax_density.set_xlabel("confidence")
+  ax_density.set_ylabel("density")
   fig.tight_layout()
   return save_png(fig, path)

@@ -47,3 +47,12 @@ def test_risk_coverage_plot(tmp_path):
   path = plotting.risk_coverage_plot(curves, str(tmp_path / "rc.png"), title="RC",
                                      risk_levels=(0.05,))
   _check_png(path)
+
+
+def test_smooth_reliability_diagram(tmp_path):
+  probs, labels = _data(3)
+  path = plotting.smooth_reliability_diagram(probs, labels, str(tmp_path / "smooth.png"),
+                                             title="CE")
+  _check_png(path)
+  with pytest.raises(ValueError, match="bandwidth"):
+    plotting.smooth_reliability_diagram(probs, labels, str(tmp_path / "x.png"), bandwidth=2.0)

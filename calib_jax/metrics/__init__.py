@@ -1,7 +1,8 @@
-"""Calibration and selective-classification metrics, computed on device (SPEC §2).
+"""Calibration, selective-classification and detection metrics, computed on device.
 
 Calibration metrics take `(probs [..., C], labels [...])`; selective metrics take
-`(scores [...], correct [...])`; every metric takes an optional bool `mask [...]`.
+`(scores [...], correct [...])`, detection metrics `(scores [...], positives [...])`; every
+metric takes an optional bool `mask [...]`, and `bootstrap` gives any of them an interval.
 The streaming accumulators (`ScalarSums`, `BinnedCalibration`, `ClasswiseCalibration`,
 `ConfidenceHistogram`, `ConfusionMatrix`) accumulate them over batches and devices;
 `StreamingMetrics` combines them.
@@ -10,6 +11,7 @@ from calib_jax.metrics.accumulators import BinnedCalibration
 from calib_jax.metrics.accumulators import ClasswiseCalibration
 from calib_jax.metrics.accumulators import ConfusionMatrix
 from calib_jax.metrics.accumulators import ScalarSums
+from calib_jax.metrics.bootstrap import bootstrap
 from calib_jax.metrics.calibration import accuracy
 from calib_jax.metrics.calibration import aece
 from calib_jax.metrics.calibration import average_confidence
@@ -28,9 +30,14 @@ from calib_jax.metrics.calibration import reliability_bins
 from calib_jax.metrics.calibration import reliability_from_bins
 from calib_jax.metrics.calibration import ReliabilityBins
 from calib_jax.metrics.calibration import underconfidence
+from calib_jax.metrics.calibration_l2 import debiased_ece
+from calib_jax.metrics.calibration_l2 import rms_calibration_error
 from calib_jax.metrics.segmentation import confusion_matrix
 from calib_jax.metrics.segmentation import iou_from_confusion
 from calib_jax.metrics.segmentation import miou
+from calib_jax.metrics.detection import aupr
+from calib_jax.metrics.detection import auroc
+from calib_jax.metrics.detection import fpr_at_tpr
 from calib_jax.metrics.histogram import ConfidenceHistogram
 from calib_jax.metrics.segmentation import subsample_pixel_indices
 from calib_jax.metrics.segmentation import subsample_pixels
@@ -44,6 +51,8 @@ from calib_jax.metrics.selective import risk_at_coverage
 from calib_jax.metrics.selective import risk_at_coverage_key
 from calib_jax.metrics.selective import risk_coverage_curve
 from calib_jax.metrics.selective import selective_summary
+from calib_jax.metrics.smooth import smooth_calibration_curve
+from calib_jax.metrics.smooth import smooth_ece
 from calib_jax.metrics.streaming import StreamingMetrics
 
 __all__ = [
@@ -51,6 +60,8 @@ __all__ = [
     "classwise_ece_from_bins", "confidence_and_correct", "ece", "ece_from_bins",
     "mce", "mce_from_bins", "nll", "overconfidence", "reliability_bins",
     "reliability_from_bins", "ReliabilityBins", "underconfidence",
+    "debiased_ece", "rms_calibration_error", "smooth_calibration_curve", "smooth_ece",
+    "bootstrap", "aupr", "auroc", "fpr_at_tpr",
     "confusion_matrix", "iou_from_confusion", "miou", "subsample_pixel_indices",
     "subsample_pixels", "valid_mask",
     "aurc", "augrc", "coverage_at_risk", "coverage_at_risk_key", "eaurc", "risk_at_coverage",

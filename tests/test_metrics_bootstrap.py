@@ -1,0 +1,96 @@
+"""Bootstrap intervals: calibration, smooth, selective and detection metrics; statistical
+properties checked against closed forms and a numpy bootstrap written here."""
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from calib_jax import metrics
+
+
+def _data(n, seed, c=5):
+  rng = np.random.default_rng(seed)
+  z = rng.normal(size=(n, c)) * 2
+  probs = (np.exp(z) / np.exp(z).sum(1, keepdims=True)).astype(np.float32)
+  labels = np.where(rng.random(n) < 0.7, probs.argmax(1), rng.integers(0, c, n))
+  return probs, labels
+
+
+def test_accuracy_interval_matches_the_binomial_standard_error():
+  probs, labels = _data(2000, 0)
+  out = metrics.bootstrap(metrics.accuracy, probs, labels, num_samples=400,
+                          key=jax.random.key(1))
+  acc = float(out["value"])
+  np.testing.assert_allclose(acc, np.mean(probs.argmax(1) == labels), rtol=1e-6)
+  # The bootstrap standard error of a mean of 0/1 outcomes is sqrt(p(1 − p)/n) (±15 % with
+  # 400 resamples); the 95 % percentile interval spans about ±1.96 of them.
+  se = np.sqrt(acc * (1 - acc) / 2000)
+  np.testing.assert_allclose(float(out["std"]), se, rtol=0.15)
+  np.testing.assert_allclose(float(out["upper"] - out["lower"]), 2 * 1.96 * se, rtol=0.2)
+
+
+def test_ece_interval_contains_the_estimate_and_narrows_with_n():
+  widths = []
+  for n in (1000, 16000):
+    probs, labels = _data(n, 2)
+    out = metrics.bootstrap(metrics.ece, probs, labels, num_samples=200)
+    assert float(out["lower"]) <= float(out["value"]) <= float(out["upper"])
+    widths.append(float(out["upper"] - out["lower"]))
+  assert widths[1] < 0.5 * widths[0]   # ~1/sqrt(n): a quarter of the width at 16x the data
+
+
+def test_ece_std_matches_a_numpy_bootstrap():
+  probs, labels = _data(1000, 3)
+  conf, correct = probs.max(1), probs.argmax(1) == labels
+  rng = np.random.default_rng(0)
+  values = []
+  for _ in range(300):
+    i = rng.integers(0, 1000, 1000)
+    b = np.clip(np.ceil(conf[i] * 15).astype(int) - 1, 0, 14)
+    gap = np.bincount(b, correct[i], 15) - np.bincount(b, conf[i], 15)
+    values.append(np.abs(gap).sum() / 1000)
+  out = metrics.bootstrap(functools.partial(metrics.ece, num_bins=15), probs, labels,
+                          num_samples=300, key=jax.random.key(4))
+  np.testing.assert_allclose(float(out["std"]), np.std(values, ddof=1), rtol=0.2)
+
+
+def test_smooth_selective_and_detection_metrics():
+  probs, labels = _data(800, 5)
+  conf, correct = probs.max(1), probs.argmax(1) == labels
+  for fn, args in ((metrics.smooth_ece, (probs, labels)), (metrics.aurc, (conf, correct)),
+                   (metrics.auroc, (conf, ~correct))):
+    out = metrics.bootstrap(fn, *args, num_samples=50, batch_size=16)
+    np.testing.assert_allclose(out["value"], fn(*args), rtol=1e-6)
+    assert float(out["lower"]) <= float(out["value"]) <= float(out["upper"])
+    assert 0 < float(out["std"]) < 0.1
+
+
+def test_flat_mask_resamples_only_valid_samples():
+  probs, labels = _data(1000, 6)
+  mask = np.arange(1000) < 500
+  masked = metrics.bootstrap(metrics.accuracy, probs, labels, num_samples=300, mask=mask)
+  subset = metrics.bootstrap(metrics.accuracy, probs[:500], labels[:500], num_samples=300)
+  np.testing.assert_allclose(masked["value"], subset["value"], rtol=1e-6)
+  np.testing.assert_allclose(float(masked["std"]), float(subset["std"]), rtol=0.2)
+  # Pixel masks [B, H] resample whole images (axis 0) with their mask.
+  pixels = metrics.bootstrap(metrics.accuracy, probs.reshape(100, 10, 5),
+                             labels.reshape(100, 10), num_samples=20,
+                             mask=mask.reshape(100, 10))
+  np.testing.assert_allclose(pixels["value"], masked["value"], rtol=1e-6)
+
+
+def test_bad_input():
+  probs, labels = _data(20, 7)
+  with pytest.raises(ValueError, match="share their axis 0"):
+    metrics.bootstrap(metrics.ece, probs, labels[:10])
+  with pytest.raises(ValueError, match="num_samples"):
+    metrics.bootstrap(metrics.ece, probs, labels, num_samples=1)
+  with pytest.raises(ValueError, match="confidence"):
+    metrics.bootstrap(metrics.ece, probs, labels, confidence=95)
+  with pytest.raises(ValueError, match="callable"):
+    metrics.bootstrap("ece", probs, labels)
+  with pytest.raises(ValueError, match="at least one array"):
+    metrics.bootstrap(metrics.ece)
+  with pytest.raises(ValueError, match="mask selects no entries"):
+    metrics.bootstrap(metrics.ece, probs, labels, mask=np.zeros(20, bool))

@@ -6,7 +6,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("losses", "metrics", "posthoc", "plotting", "models", "data", "training")
+_SUBMODULES = ("losses", "metrics", "conformal", "posthoc", "plotting", "models", "data", "training")
 
 
 def __getattr__(name):

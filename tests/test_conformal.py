@@ -328,6 +328,9 @@ def test_bad_input_gives_one_line_errors():
   _raises(r"8 calibration samples are too few for alpha=0.1.*need n >= 9", fit, "thr",
           logits[:8], labels[:8])
   _raises(r"mask shape", fit, "thr", logits, labels, mask=np.ones(3, bool))
+  _raises(r"empty input: val_logits has shape \(0, 10\)", fit, "thr", logits[:0], labels[:0])
+  _raises(r"val_logits must have shape \[..., C\]", fit, "thr", labels, labels)
+  assert conformal.names() == ["thr", "aps", "raps"]
 
   p = fit("aps", logits, labels, 0.1, randomized=True, key=jax.random.key(0))
   _raises(r"need a PRNG key: pass key= to the predictor call", p, logits)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from calib_jax.conformal import _inputs
 from calib_jax.metrics import _checks
 
 ArrayLike = jax.typing.ArrayLike
@@ -39,24 +40,17 @@ class SizeStratifiedCoverage(NamedTuple):
 
 def _flatten(sets: ArrayLike, labels: Optional[ArrayLike], mask: Optional[ArrayLike]):
   """Validates `sets [..., C]`, `labels [...]`, `mask [...]`; returns them flattened to N."""
-  shape = tuple(np.shape(sets))
-  if len(shape) < 2:
-    raise ValueError(f"sets must have shape [..., C] with at least 2 dims, got {shape}.")
-  if labels is not None and tuple(np.shape(labels)) != shape[:-1]:
-    raise ValueError(f"labels shape {tuple(np.shape(labels))} must equal the leading shape of "
-                     f"sets {shape[:-1]}.")
-  n = int(np.prod(shape[:-1]))
-  if n == 0 or shape[-1] == 0:
-    raise ValueError(f"empty input: sets has shape {shape}; metrics need >= 1 sample.")
+  n, num_classes = _inputs.check_class_shape(sets, labels, "sets")
+  leading = tuple(np.shape(sets))[:-1]
   dtype = sets.dtype if hasattr(sets, "dtype") else np.asarray(sets).dtype
   if dtype != bool:
     raise ValueError(f"sets must be a bool mask [..., C] (a predictor's output), got dtype "
                      f"{dtype}.")
-  sets = _checks.unsharded(jnp.asarray(sets)).reshape(n, shape[-1])
-  mask = _checks.flatten_mask(mask, shape[:-1])
+  sets = _checks.unsharded(jnp.asarray(sets)).reshape(n, num_classes)
+  mask = _checks.flatten_mask(mask, leading)
   if labels is not None:
     labels = _checks.as_int_array(labels, "labels").reshape(n)
-    _checks.check_label_values(labels, shape[-1], mask)
+    _checks.check_label_values(labels, num_classes, mask)
   return sets, labels, mask
 
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from calib_jax.conformal import _inputs
 from calib_jax.conformal import scores as scores_lib
 from calib_jax.metrics import _checks
 
@@ -132,19 +133,8 @@ _all_finite = jax.jit(lambda x: jnp.all(jnp.isfinite(x)))
 def _check_inputs(x: ArrayLike, labels: Optional[ArrayLike], num_classes: Optional[int],
                   name: str):
   """Validates `x [..., C]` (and `labels [...]`), flattens them; `(x [N, C], labels [N])`."""
-  shape = tuple(np.shape(x))
-  if len(shape) < 2:
-    raise ValueError(f"{name} must have shape [..., C] with at least 2 dims, got {shape}.")
-  if num_classes is not None and shape[-1] != num_classes:
-    raise ValueError(f"{name} has {shape[-1]} classes but the predictor was fitted on "
-                     f"{num_classes}.")
-  if labels is not None and tuple(np.shape(labels)) != shape[:-1]:
-    raise ValueError(f"labels shape {tuple(np.shape(labels))} must equal the leading shape of "
-                     f"{name} {shape[:-1]}.")
-  n = int(np.prod(shape[:-1]))
-  if n == 0 or shape[-1] == 0:
-    raise ValueError(f"empty input: {name} has shape {shape}.")
-  x = _checks.as_float_array(x, name).reshape(n, shape[-1])
+  n, c = _inputs.check_class_shape(x, labels, name, num_classes)
+  x = _checks.as_float_array(x, name).reshape(n, c)
   if _checks.is_concrete(x) and not bool(_all_finite(x)):
     raise ValueError(f"{name} contain NaN or inf.")
   if labels is not None:

@@ -42,11 +42,16 @@ class _GivenProbabilities(ClassifierMixin, BaseEstimator):
     return np.asarray(x).argmax(-1)
 
 
-def _data(seed: int, n: int, num_classes: int):
+def _data(seed: int, n: int, num_classes: int, overconfident: bool):
+  """Logits `2·N(0, 1)` with labels drawn from their softmax (a calibrated model), or with
+  `--overconfident` logits `20·N(0, 1)` with labels from `softmax(z / 4)` (float32 softmax
+  saturates: p_max = 1.0 for about a fifth of the samples)."""
   rng = np.random.default_rng(seed)
-  logits = (2.0 * rng.normal(size=(n, num_classes))).astype(np.float32)
+  scale, temperature = (20.0, 4.0) if overconfident else (2.0, 1.0)
+  logits = (scale * rng.normal(size=(n, num_classes))).astype(np.float32)
   probs = np.asarray(jax.nn.softmax(logits, axis=-1))  # float32, the same for both libraries
-  cdf = np.cumsum(probs.astype(np.float64), axis=-1)
+  label_probs = np.asarray(jax.nn.softmax(logits / temperature, axis=-1))
+  cdf = np.cumsum(label_probs.astype(np.float64), axis=-1)
   cdf /= cdf[:, -1:]
   labels = (rng.uniform(size=(n, 1)) > cdf).sum(-1).clip(0, num_classes - 1).astype(np.int32)
   return probs, labels
@@ -66,14 +71,16 @@ def main():
   parser.add_argument("--n_cal", type=int, default=5000)
   parser.add_argument("--n_test", type=int, default=20000)
   parser.add_argument("--classes", type=int, nargs="+", default=[10, 100])
+  parser.add_argument("--overconfident", action="store_true",
+                      help="saturated float32 softmax (see _data)")
   args = parser.parse_args()
   print(f"MAPIE {mapie.__version__}, jax {jax.__version__}; n_cal={args.n_cal}, "
-        f"n_test={args.n_test}")
+        f"n_test={args.n_test}, {'overconfident' if args.overconfident else 'calibrated'} model")
   header = (f"{'C':>4} {'alpha':>5}  {'method':<40} {'q̂':>9} {'differ':>7} {'coverage':>9} "
             f"{'size':>6}")
   print(header)
   for c in args.classes:
-    probs, labels = _data(c, args.n_cal + args.n_test, c)
+    probs, labels = _data(c, args.n_cal + args.n_test, c, args.overconfident)
     cal, test = slice(0, args.n_cal), slice(args.n_cal, None)
     for alpha in (0.1, 0.05):
       def row(label, qhat, sets, ref=None):
@@ -97,6 +104,11 @@ def main():
         q, sets = _mapie("aps", probs[cal], labels[cal], probs[test], alpha,
                          {"include_last_label": last})
         row(f"mapie aps include_last_label={last}", q, sets)
+      for randomized in (False, True):
+        p = conformal.fit("raps", probs[cal], labels[cal], alpha, from_logits=False,
+                          randomized=randomized, key=jax.random.key(0))
+        row(f"calib_jax raps randomized={randomized}", float(p.qhat),
+            np.asarray(p(probs[test], key=jax.random.key(1))))
     print()
 
 

@@ -103,8 +103,8 @@ def test_min_calibration_size_is_the_smallest_valid_n():
 
 # --------------------------------------------------------------------------- fit, predictor
 
-CONFIGS = [("thr", {}), ("aps", {}), ("aps", {"randomized": True}), ("raps", {}),
-           ("raps", {"randomized": True, "lam": 0.1, "k_reg": 2})]
+CONFIGS = [("thr", {}), ("aps", {"randomized": False}), ("aps", {"randomized": True}),
+           ("raps", {"randomized": False}), ("raps", {"randomized": True, "lam": 0.1, "k_reg": 2})]
 
 
 @pytest.mark.parametrize("name,kw", CONFIGS)
@@ -197,6 +197,37 @@ def test_smaller_alpha_gives_nested_larger_sets(name, kw):
   sets = [np.asarray(f(LOGITS[TEST], key=jax.random.key(1))) for f in fits]
   assert float(fits[0].qhat) <= float(fits[1].qhat) <= float(fits[2].qhat)
   assert (sets[0] <= sets[1]).all() and (sets[1] <= sets[2]).all()
+
+
+def test_default_is_randomised_with_fixed_keys():
+  for name in ("aps", "raps"):
+    default = conformal.fit(name, LOGITS[CAL], LABELS[CAL], 0.1)
+    explicit = conformal.fit(name, LOGITS[CAL], LABELS[CAL], 0.1, randomized=True,
+                             key=jax.random.key(0))
+    assert default.randomized and float(default.qhat) == float(explicit.qhat)
+    np.testing.assert_array_equal(default(LOGITS[TEST]),
+                                  explicit(LOGITS[TEST], key=jax.random.key(1)))
+  legacy = jax.random.PRNGKey(0)  # raw uint32 keys work too
+  assert float(conformal.fit("aps", LOGITS[CAL], LABELS[CAL], 0.1, key=legacy).qhat) == float(
+      conformal.fit("aps", LOGITS[CAL], LABELS[CAL], 0.1, key=jax.random.wrap_key_data(
+          legacy)).qhat)
+
+
+def test_non_randomised_aps_saturates_on_confident_models():
+  """Why the default randomises: when float32 softmax saturates (p_max = 1.0 for a fifth of the
+  samples), the u = 1 scores tie at 1.0, q̂ = 1.0 and nearly every set is full; the randomised
+  scores keep sets small at the same coverage guarantee."""
+  rng = np.random.default_rng(12)
+  logits = (20.0 * rng.normal(size=(600, C))).astype(np.float32)
+  probs = np.exp((logits - logits.max(-1, keepdims=True)) / 4.0).astype(np.float64)
+  cdf = np.cumsum(probs / probs.sum(-1, keepdims=True), axis=-1)  # labels from softmax(z / 4)
+  labels = (rng.uniform(size=(600, 1)) > cdf).sum(-1).clip(0, C - 1).astype(np.int32)
+  assert (_np_softmax(logits).max(-1) == 1.0).mean() > 0.1
+  fixed = conformal.fit("aps", logits[CAL], labels[CAL], 0.1, randomized=False)
+  default = conformal.fit("aps", logits[CAL], labels[CAL], 0.1)
+  assert float(fixed.qhat) == 1.0
+  assert float(conformal.mean_set_size(fixed(logits[TEST]))) > 8
+  assert float(conformal.mean_set_size(default(logits[TEST]))) < 3
 
 
 def test_calibration_mask_equals_the_subset():
@@ -318,7 +349,7 @@ def test_bad_input_gives_one_line_errors():
   _raises(r"lam must be a float >= 0", fit, "raps", logits, labels, lam=-1.0)
   _raises(r"k_reg must be an int >= 0", fit, "raps", logits, labels, k_reg=2.5)
   _raises(r"randomized must be a bool", fit, "aps", logits, labels, randomized="yes")
-  _raises(r"need a PRNG key: pass key= to fit", fit, "aps", logits, labels, randomized=True)
+  _raises(r"key must be one PRNG key", fit, "aps", logits, labels, key=3)
   _raises(r"labels shape \(49,\) must equal", fit, "thr", logits, labels[:49])
   _raises(r"label 10 .* outside \[0, 10\)", fit, "thr", logits, np.full(50, 10, np.int32))
   _raises(r"must hold integer class indices", fit, "thr", logits, labels.astype(np.float32))
@@ -333,7 +364,7 @@ def test_bad_input_gives_one_line_errors():
   assert conformal.names() == ["thr", "aps", "raps"]
 
   p = fit("aps", logits, labels, 0.1, randomized=True, key=jax.random.key(0))
-  _raises(r"need a PRNG key: pass key= to the predictor call", p, logits)
+  _raises(r"key must be one PRNG key", p, logits, key=jax.random.split(jax.random.key(0), 2))
   _raises(r"logits has 4 classes but the predictor was fitted on 10", p, logits[:, :4],
           key=jax.random.key(0))
   _raises(r"sets must be a bool mask", conformal.coverage, logits, labels)

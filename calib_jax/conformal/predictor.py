@@ -20,13 +20,13 @@ from calib_jax.metrics import _checks
 ArrayLike = jax.typing.ArrayLike
 
 # Extra keyword arguments of each method beyond the common ones (key, mask, from_logits), with
-# defaults. Non-randomised by default: see `fit`.
+# defaults. APS and RAPS are randomised by default: see `fit`.
 _METHODS: dict[str, dict[str, Any]] = {
     "thr": {},
-    "aps": {"randomized": False},
+    "aps": {"randomized": True},
     # λ = 0.01, k_reg = 5: Angelopoulos & Bates' ImageNet RAPS example (a gentle introduction
     # to conformal prediction, 2021); tune them on held-out data for another task.
-    "raps": {"randomized": False, "lam": 0.01, "k_reg": 5},
+    "raps": {"randomized": True, "lam": 0.01, "k_reg": 5},
 }
 _COMMON = ("key", "mask", "from_logits")
 
@@ -81,7 +81,7 @@ class ConformalPredictor:
     name: the method, one of `names()`.
     alpha: the target miscoverage; sets cover the label with probability ≥ 1 − alpha.
     num_classes: C.
-    randomized: whether scores draw `u ~ U(0, 1)` (then every call needs a `key`).
+    randomized: whether scores draw `u ~ U(0, 1)`, one per sample, from the call's `key`.
     lam, k_reg: the RAPS penalty (lam = 0 for THR and APS).
     from_logits: inputs are logits (softmax is applied) rather than probabilities.
   """
@@ -105,7 +105,8 @@ class ConformalPredictor:
 
     Args:
       logits: `[..., C]` test logits (probabilities when fitted with `from_logits=False`).
-      key: PRNG key, required when `randomized` (ignored otherwise).
+      key: PRNG key of the uniforms when `randomized` (default `jax.random.key(1)`, so the
+        same logits give the same sets); ignored otherwise.
     """
     x = _check_inputs(logits, None, self.num_classes, "logits")[0]
     return _sets(x, self._key(key), self.qhat, **self._static()).reshape(np.shape(logits))
@@ -118,12 +119,22 @@ class ConformalPredictor:
             "from_logits": self.from_logits}
 
 
+# Keys used when none is given: results are reproducible, and calibration and prediction draw
+# independent uniforms (the same key would give test row i the u of calibration row i).
+_DEFAULT_SEEDS = {"fit": 0, "the predictor call": 1}
+
+
 def _randomized_key(randomized: bool, key, where: str):
   """The key of randomised scores (one uniform per sample), None for deterministic ones."""
   if not randomized:
     return None
   if key is None:
-    raise ValueError(f"randomized conformal scores need a PRNG key: pass key= to {where}.")
+    return jax.random.key(_DEFAULT_SEEDS[where])
+  dtype, shape = getattr(key, "dtype", None), np.shape(key)
+  typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key) and shape == ()
+  if not (typed or (dtype == jnp.uint32 and shape == (2,))):
+    raise ValueError(f"key must be one PRNG key (jax.random.key(seed) or PRNGKey(seed)), got "
+                     f"{type(key).__name__} of shape {shape}.")
   return key
 
 
@@ -169,19 +180,22 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
   """Fits a split-conformal set predictor on held-out (calibration) logits.
 
   `q̂` is the k-th smallest calibration score, `k = ⌈(n + 1)(1 − α)⌉` (`conformal_quantile`).
-  Non-randomised scores are the default: the same logits always give the same set and no key
-  has to be threaded through evaluation, while the coverage guarantee `≥ 1 − α` holds all the
-  same; randomised APS/RAPS (`randomized=True`, `key=`) reach `1 − α` more tightly with smaller
-  sets on average. Sets may be empty (a confident sample whose top score exceeds `q̂`); the
-  guarantee counts them as misses.
+  APS and RAPS are randomised by default. The non-randomised score (`u = 1`, the mass up to and
+  including y) saturates on confident models: float32 softmax probabilities reach 1.0, the
+  cumulative masses tie at 1.0, so `q̂` lands on 1.0 and the sets fill with every class, or, with
+  `q̂ < 1`, the most confident samples get empty sets. Randomising breaks those ties, brings
+  coverage closer to exactly 1 − α and gives smaller sets (Angelopoulos et al. 2021). Without a
+  `key` a fixed one is used (`jax.random.key(0)` here, `key(1)` in the predictor call), so
+  results are reproducible. Sets may be empty; the guarantee counts them as misses.
 
   Args:
     name: one of `names()`: "thr" (LAC), "aps", "raps".
     val_logits: `[..., C]` calibration logits.
     val_labels: `[...]` int labels in [0, C).
     alpha: miscoverage level in (0, 1); target coverage 1 − alpha.
-    **kw: `randomized` (aps, raps; default False), `lam` (raps, λ ≥ 0, default 0.01), `k_reg`
-      (raps, int ≥ 0, default 5), `key` (PRNG key, needed when randomized), `mask` (bool
+    **kw: `randomized` (aps, raps; default True), `lam` (raps, λ ≥ 0, default 0.01), `k_reg`
+      (raps, int ≥ 0, default 5), `key` (PRNG key of the uniforms when randomized; default
+      `jax.random.key(0)`), `mask` (bool
       `[...]`, the calibration samples to use), `from_logits` (default True; False when the
       inputs are probabilities, e.g. from a post-hoc calibrator).
 
@@ -190,7 +204,7 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
 
   Raises:
     ValueError: unknown name or argument, alpha outside (0, 1), shape mismatch, labels outside
-      [0, C), NaN logits, or fewer calibration samples than `α` needs (checked when the values
+      [0, C), NaN logits, a key that is not one PRNG key, or fewer calibration samples than `α` needs (checked when the values
       are concrete; under `jit` too few samples give `q̂ = inf`, i.e. every set is full).
   """
   options = _check_options(name, alpha, kw)

@@ -6,8 +6,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("losses", "metrics", "posthoc", "plotting", "models", "data", "config",
-               "experiment", "training", "evaluation")
+_SUBMODULES = ("losses", "metrics", "conformal", "posthoc", "plotting", "models", "data",
+               "config", "experiment", "training", "evaluation")
 
 
 def __getattr__(name):

@@ -1,0 +1,116 @@
+"""Cross-check calib_jax.conformal against MAPIE's split-conformal classifier (a bench extra).
+
+Run in a venv with MAPIE (not a test dependency):
+
+    python3 -m venv /work/venvs/conformal
+    /work/venvs/conformal/bin/pip install jax mapie
+    /work/venvs/conformal/bin/pip install --no-deps -e .
+    /work/venvs/conformal/bin/python bench/crosscheck_conformal.py
+
+Both libraries get the same probabilities (MAPIE through a prefit classifier whose
+`predict_proba` returns them). Printed per method and α: the thresholds q̂, how many test sets
+differ, coverage and mean set size. Synthetic data: logits `2·N(0, 1)` with labels drawn from
+their softmax (exchangeable, so every method should cover about 1 − α). The differences and
+their causes are in docs/metrics.md ("Cross-check against MAPIE").
+"""
+import argparse
+
+import jax
+import mapie
+import numpy as np
+from mapie.classification import SplitConformalClassifier
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from calib_jax import conformal
+
+
+class _GivenProbabilities(ClassifierMixin, BaseEstimator):
+  """A 'fitted' classifier whose inputs are already its probabilities."""
+
+  def __init__(self, num_classes: int = 10):
+    self.num_classes = num_classes
+    self.classes_ = np.arange(num_classes)
+    self.n_features_in_ = num_classes
+
+  def fit(self, x, y):
+    return self
+
+  def predict_proba(self, x):
+    return np.asarray(x, np.float64)
+
+  def predict(self, x):
+    return np.asarray(x).argmax(-1)
+
+
+def _data(seed: int, n: int, num_classes: int, overconfident: bool):
+  """Logits `2·N(0, 1)` with labels drawn from their softmax (a calibrated model), or with
+  `--overconfident` logits `20·N(0, 1)` with labels from `softmax(z / 4)` (float32 softmax
+  saturates: p_max = 1.0 for about a fifth of the samples)."""
+  rng = np.random.default_rng(seed)
+  scale, temperature = (20.0, 4.0) if overconfident else (2.0, 1.0)
+  logits = (scale * rng.normal(size=(n, num_classes))).astype(np.float32)
+  probs = np.asarray(jax.nn.softmax(logits, axis=-1))  # float32, the same for both libraries
+  label_probs = np.asarray(jax.nn.softmax(logits / temperature, axis=-1))
+  cdf = np.cumsum(label_probs.astype(np.float64), axis=-1)
+  cdf /= cdf[:, -1:]
+  labels = (rng.uniform(size=(n, 1)) > cdf).sum(-1).clip(0, num_classes - 1).astype(np.int32)
+  return probs, labels
+
+
+def _mapie(score: str, probs, labels, test, alpha, params=None):
+  clf = SplitConformalClassifier(_GivenProbabilities(probs.shape[1]), confidence_level=1 - alpha,
+                                 conformity_score=score, prefit=True, random_state=0)
+  clf.conformalize(probs, labels)
+  sets = clf.predict_set(test, conformity_score_params=params)[1][:, :, 0]
+  qhat = float(np.ravel(clf._mapie_classifier.conformity_score_function_.quantiles_)[0])
+  return qhat, sets
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--n_cal", type=int, default=5000)
+  parser.add_argument("--n_test", type=int, default=20000)
+  parser.add_argument("--classes", type=int, nargs="+", default=[10, 100])
+  parser.add_argument("--overconfident", action="store_true",
+                      help="saturated float32 softmax (see _data)")
+  args = parser.parse_args()
+  print(f"MAPIE {mapie.__version__}, jax {jax.__version__}; n_cal={args.n_cal}, "
+        f"n_test={args.n_test}, {'overconfident' if args.overconfident else 'calibrated'} model")
+  header = (f"{'C':>4} {'alpha':>5}  {'method':<40} {'q̂':>9} {'differ':>7} {'coverage':>9} "
+            f"{'size':>6}")
+  print(header)
+  for c in args.classes:
+    probs, labels = _data(c, args.n_cal + args.n_test, c, args.overconfident)
+    cal, test = slice(0, args.n_cal), slice(args.n_cal, None)
+    for alpha in (0.1, 0.05):
+      def row(label, qhat, sets, ref=None):
+        differ = "" if ref is None else str(int((sets != ref).any(-1).sum()))
+        cov = float(conformal.coverage(sets, labels[test]))
+        size = float(conformal.mean_set_size(sets))
+        print(f"{c:>4} {alpha:>5}  {label:<40} {qhat:>9.6f} {differ:>7} {cov:>9.4f} {size:>6.3f}")
+
+      ours = conformal.fit("thr", probs[cal], labels[cal], alpha, from_logits=False)
+      ours_sets = np.asarray(ours(probs[test]))
+      q, sets = _mapie("lac", probs[cal], labels[cal], probs[test], alpha)
+      row("calib_jax thr", float(ours.qhat), ours_sets)
+      row("mapie lac", q, sets, ours_sets)
+
+      for randomized in (False, True):
+        p = conformal.fit("aps", probs[cal], labels[cal], alpha, from_logits=False,
+                          randomized=randomized, key=jax.random.key(0))
+        row(f"calib_jax aps randomized={randomized}", float(p.qhat),
+            np.asarray(p(probs[test], key=jax.random.key(1))))
+      for last in (True, "randomized", False):
+        q, sets = _mapie("aps", probs[cal], labels[cal], probs[test], alpha,
+                         {"include_last_label": last})
+        row(f"mapie aps include_last_label={last}", q, sets)
+      for randomized in (False, True):
+        p = conformal.fit("raps", probs[cal], labels[cal], alpha, from_logits=False,
+                          randomized=randomized, key=jax.random.key(0))
+        row(f"calib_jax raps randomized={randomized}", float(p.qhat),
+            np.asarray(p(probs[test], key=jax.random.key(1))))
+    print()
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,231 @@
+"""`fit`: a split-conformal set predictor calibrated on held-out logits.
+
+`fit(name, val_logits, val_labels, alpha)` scores every calibration sample's label, takes the
+conformal quantile `q̂` of the scores and returns a `ConformalPredictor`, whose call maps test
+logits to the boolean set mask `{y : s(x, y) ≤ q̂}`. With exchangeable calibration and test
+data the set holds the true label with probability ≥ 1 − α (Vovk et al. 2005; Lei et al. 2018).
+"""
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from calib_jax.conformal import _inputs
+from calib_jax.conformal import scores as scores_lib
+from calib_jax.metrics import _checks
+
+ArrayLike = jax.typing.ArrayLike
+
+# Extra keyword arguments of each method beyond the common ones (key, mask, from_logits), with
+# defaults. APS and RAPS are randomised by default: see `fit`.
+_METHODS: dict[str, dict[str, Any]] = {
+    "thr": {},
+    "aps": {"randomized": True},
+    # λ = 0.01, k_reg = 5: Angelopoulos & Bates' ImageNet RAPS example (a gentle introduction
+    # to conformal prediction, 2021); tune them on held-out data for another task.
+    "raps": {"randomized": True, "lam": 0.01, "k_reg": 5},
+}
+_COMMON = ("key", "mask", "from_logits")
+
+
+def names() -> list[str]:
+  """The conformal methods `fit` accepts."""
+  return list(_METHODS)
+
+
+def _all_scores(name: str, probs: jax.Array, u: Optional[jax.Array], lam: float,
+                k_reg: int) -> jax.Array:
+  if name == "thr":
+    return scores_lib.thr_scores(probs)
+  if name == "aps":
+    return scores_lib.aps_scores(probs, u)
+  return scores_lib.raps_scores(probs, u, lam, k_reg)
+
+
+_STATIC = ("name", "lam", "k_reg", "from_logits")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _scores(x, key, *, name, lam, k_reg, from_logits):
+  """All-class scores of `x [N, C]`; `key` draws the uniforms of randomised scores (or None)."""
+  probs = jax.nn.softmax(x, axis=-1) if from_logits else x
+  u = None if key is None else jax.random.uniform(key, (x.shape[0],), jnp.float32)
+  return _all_scores(name, probs, u, lam, k_reg)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _sets(x, key, qhat, *, name, lam, k_reg, from_logits):
+  return _scores(x, key, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits) <= qhat
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits):
+  """`q̂` of the label scores (one compiled program for the whole fit, whatever α)."""
+  all_scores = _scores(x, key, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits)
+  return scores_lib.quantile_from_ranks(scores_lib.label_scores(all_scores, labels), ranks,
+                                        mask)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["qhat"],
+                   meta_fields=["name", "alpha", "num_classes", "randomized", "lam", "k_reg",
+                                "from_logits"])
+@dataclasses.dataclass(frozen=True)
+class ConformalPredictor:
+  """A fitted split-conformal predictor (a pytree: pass it through `jax.jit` freely).
+
+  Attributes:
+    qhat: the fitted threshold `q̂` (float32 scalar array).
+    name: the method, one of `names()`.
+    alpha: the target miscoverage; sets cover the label with probability ≥ 1 − alpha.
+    num_classes: C.
+    randomized: whether scores draw `u ~ U(0, 1)`, one per sample, from the call's `key`.
+    lam, k_reg: the RAPS penalty (lam = 0 for THR and APS).
+    from_logits: inputs are logits (softmax is applied) rather than probabilities.
+  """
+  qhat: jax.Array
+  name: str
+  alpha: float
+  num_classes: int
+  randomized: bool = False
+  lam: float = 0.0
+  k_reg: int = 0
+  from_logits: bool = True
+
+  def scores(self, logits: ArrayLike, key: Optional[jax.Array] = None) -> jax.Array:
+    """Scores `s(x, y)` of every class: `[..., C] -> [..., C]` float32."""
+    x = _check_inputs(logits, None, self.num_classes, "logits")[0]
+    out = _scores(x, self._key(key), **self._static())
+    return out.reshape(np.shape(logits))
+
+  def __call__(self, logits: ArrayLike, key: Optional[jax.Array] = None) -> jax.Array:
+    """Boolean set mask `[..., C]`: `s(x, y) ≤ q̂`.
+
+    Args:
+      logits: `[..., C]` test logits (probabilities when fitted with `from_logits=False`).
+      key: PRNG key of the uniforms when `randomized` (default `jax.random.key(1)`, so the
+        same logits give the same sets); ignored otherwise.
+    """
+    x = _check_inputs(logits, None, self.num_classes, "logits")[0]
+    return _sets(x, self._key(key), self.qhat, **self._static()).reshape(np.shape(logits))
+
+  def _key(self, key):
+    return _randomized_key(self.randomized, key, "the predictor call")
+
+  def _static(self) -> dict:
+    return {"name": self.name, "lam": self.lam, "k_reg": self.k_reg,
+            "from_logits": self.from_logits}
+
+
+# Keys used when none is given: results are reproducible, and calibration and prediction draw
+# independent uniforms (the same key would give test row i the u of calibration row i).
+_DEFAULT_SEEDS = {"fit": 0, "the predictor call": 1}
+
+
+def _randomized_key(randomized: bool, key, where: str):
+  """The key of randomised scores (one uniform per sample), None for deterministic ones."""
+  if not randomized:
+    return None
+  if key is None:
+    return jax.random.key(_DEFAULT_SEEDS[where])
+  dtype, shape = getattr(key, "dtype", None), np.shape(key)
+  typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key) and shape == ()
+  if not (typed or (dtype == jnp.uint32 and shape == (2,))):
+    raise ValueError(f"key must be one PRNG key (jax.random.key(seed) or PRNGKey(seed)), got "
+                     f"{type(key).__name__} of shape {shape}.")
+  return key
+
+
+_all_finite = jax.jit(lambda x: jnp.all(jnp.isfinite(x)))
+
+
+def _check_inputs(x: ArrayLike, labels: Optional[ArrayLike], num_classes: Optional[int],
+                  name: str):
+  """Validates `x [..., C]` (and `labels [...]`), flattens them; `(x [N, C], labels [N])`."""
+  n, c = _inputs.check_class_shape(x, labels, name, num_classes)
+  x = _checks.as_float_array(x, name).reshape(n, c)
+  if _checks.is_concrete(x) and not bool(_all_finite(x)):
+    raise ValueError(f"{name} contain NaN or inf.")
+  if labels is not None:
+    labels = _checks.as_int_array(labels, "labels").reshape(n)
+  return x, labels
+
+
+def _check_options(name: str, alpha, kw: dict) -> dict:
+  if name not in _METHODS:
+    raise ValueError(f"unknown conformal method {name!r}; valid names: {names()}")
+  if isinstance(alpha, bool) or not isinstance(alpha, (float, int)) or not 0 < alpha < 1:
+    raise ValueError(f"alpha must be a Python float in (0, 1), got {alpha!r}.")
+  valid = list(_METHODS[name]) + list(_COMMON)
+  unknown = sorted(set(kw) - set(valid))
+  if unknown:
+    raise ValueError(f"unknown argument(s) {unknown} for {name!r}; valid: {valid}")
+  options = {**_METHODS[name], **{k: v for k, v in kw.items() if k in _METHODS[name]}}
+  if not isinstance(options.get("randomized", False), bool):
+    raise ValueError(f"randomized must be a bool, got {options['randomized']!r}.")
+  lam = options.get("lam", 0.0)
+  if isinstance(lam, bool) or not isinstance(lam, (float, int)) or not lam >= 0:
+    raise ValueError(f"lam must be a float >= 0, got {lam!r}.")
+  k_reg = options.get("k_reg", 0)
+  if isinstance(k_reg, bool) or not isinstance(k_reg, (int, np.integer)) or k_reg < 0:
+    raise ValueError(f"k_reg must be an int >= 0, got {k_reg!r}.")
+  options["lam"], options["k_reg"] = float(lam), int(k_reg)
+  return options
+
+
+def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 0.1,
+        **kw) -> ConformalPredictor:
+  """Fits a split-conformal set predictor on held-out (calibration) logits.
+
+  `q̂` is the k-th smallest calibration score, `k = ⌈(n + 1)(1 − α)⌉` (`conformal_quantile`).
+  APS and RAPS are randomised by default. The non-randomised score (`u = 1`, the mass up to and
+  including y) saturates on confident models: float32 softmax probabilities reach 1.0, the
+  cumulative masses tie at 1.0, so `q̂` lands on 1.0 and the sets fill with every class, or, with
+  `q̂ < 1`, the most confident samples get empty sets. Randomising breaks those ties, brings
+  coverage closer to exactly 1 − α and gives smaller sets (Angelopoulos et al. 2021). Without a
+  `key` a fixed one is used (`jax.random.key(0)` here, `key(1)` in the predictor call), so
+  results are reproducible. Sets may be empty; the guarantee counts them as misses.
+
+  Args:
+    name: one of `names()`: "thr" (LAC), "aps", "raps".
+    val_logits: `[..., C]` calibration logits.
+    val_labels: `[...]` int labels in [0, C).
+    alpha: miscoverage level in (0, 1); target coverage 1 − alpha.
+    **kw: `randomized` (aps, raps; default True), `lam` (raps, λ ≥ 0, default 0.01), `k_reg`
+      (raps, int ≥ 0, default 5), `key` (PRNG key of the uniforms when randomized; default
+      `jax.random.key(0)`), `mask` (bool
+      `[...]`, the calibration samples to use), `from_logits` (default True; False when the
+      inputs are probabilities, e.g. from a post-hoc calibrator).
+
+  Returns:
+    A `ConformalPredictor`; `predictor(logits, key=None)` is the `[..., C]` bool set mask.
+
+  Raises:
+    ValueError: unknown name or argument, alpha outside (0, 1), shape mismatch, labels outside
+      [0, C), NaN logits, a key that is not one PRNG key, or fewer calibration samples than `α` needs (checked when the values
+      are concrete; under `jit` too few samples give `q̂ = inf`, i.e. every set is full).
+  """
+  options = _check_options(name, alpha, kw)
+  from_logits = kw.get("from_logits", True)
+  if not isinstance(from_logits, bool):
+    raise ValueError(f"from_logits must be a bool, got {from_logits!r}.")
+  x, labels = _check_inputs(val_logits, val_labels, None, "val_logits")
+  num_classes = x.shape[-1]
+  mask = _checks.flatten_mask(kw.get("mask"), np.shape(val_labels))
+  _checks.check_label_values(labels, num_classes, mask)
+  if mask is None or _checks.is_concrete(mask):
+    n = x.shape[0] if mask is None else int(jnp.sum(mask))
+    if scores_lib.quantile_rank(n, alpha) > n:
+      raise ValueError(
+          f"{n} calibration samples are too few for alpha={alpha}: ⌈(n+1)(1−α)⌉ > n; need n >= "
+          f"{scores_lib.min_calibration_size(alpha)}.")
+  randomized = options.get("randomized", False)
+  key = _randomized_key(randomized, kw.get("key"), "fit")
+  ranks = scores_lib.quantile_ranks(x.shape[0], float(alpha))
+  qhat = _calibrate(x, labels, mask, key, ranks, name=name, lam=options["lam"],
+                    k_reg=options["k_reg"], from_logits=from_logits)
+  return ConformalPredictor(qhat=qhat, name=name, alpha=float(alpha), num_classes=num_classes,
+                            randomized=randomized, lam=options["lam"],
+                            k_reg=options["k_reg"], from_logits=from_logits)

@@ -1,0 +1,143 @@
+"""Split-conformal non-conformity scores and the conformal quantile.
+
+A score `s(x, y)` is large when label `y` looks unlikely for `x`; a prediction set is
+`C(x) = {y : s(x, y) ≤ q̂}`, with `q̂` the conformal quantile of the calibration scores
+`s(x_i, y_i)`. Every score function maps probabilities `[N, C]` to the scores of all classes
+`[N, C]` (class order), so one function serves calibration (read the label's column) and
+prediction (threshold every column).
+
+* THR / LAC (Sadinle, Lei & Wasserman 2019): `s = 1 − p_y`.
+* APS (Romano, Sesia & Candès 2020): with `p_(1) ≥ p_(2) ≥ …` the sorted probabilities and
+  `r(y)` the 1-based rank of `y`, `s = Σ_{j<r(y)} p_(j) + u·p_y`; randomised: `u ~ U(0, 1)`
+  (one per sample), non-randomised: `u = 1` (the mass up to and including `y`).
+* RAPS (Angelopoulos, Bates, Malik & Jordan 2021): APS plus `λ·max(0, r(y) − k_reg)`.
+
+Ties in `p` are ranked by class index (a stable sort), so every class gets a distinct rank.
+"""
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+
+def _sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Probabilities sorted descending per row, and the class of each sorted position."""
+  classes = lax.broadcasted_iota(jnp.int32, probs.shape, probs.ndim - 1)
+  neg_sorted, order = lax.sort((-probs, classes), dimension=probs.ndim - 1, num_keys=1,
+                               is_stable=True)
+  return -neg_sorted, order
+
+
+def _to_class_order(sorted_values: jax.Array, order: jax.Array) -> jax.Array:
+  """Inverse of `_sorted_descending`'s permutation: value of each class in class order."""
+  rows = jnp.arange(order.shape[0])[:, None]
+  return jnp.zeros_like(sorted_values).at[rows, order].set(sorted_values, unique_indices=True)
+
+
+def thr_scores(probs: jax.Array) -> jax.Array:
+  """THR / LAC score of every class, `1 − p_y` (Sadinle et al. 2019). `[N, C] -> [N, C]`."""
+  return 1.0 - probs
+
+
+def raps_scores(probs: jax.Array, u: Optional[jax.Array] = None, lam: float = 0.0,
+                k_reg: int = 0) -> jax.Array:
+  """RAPS score of every class (Angelopoulos et al. 2021); `lam = 0` is APS.
+
+  `s(x, y) = Σ_{j<r(y)} p_(j) + u·p_y + λ·max(0, r(y) − k_reg)`, `r` the 1-based rank.
+
+  Args:
+    probs: `[N, C]` probabilities.
+    u: `[N]` uniforms in [0, 1] (randomised scores), or None for `u = 1` (non-randomised).
+    lam: penalty per rank beyond `k_reg` (λ ≥ 0).
+    k_reg: number of top ranks without penalty.
+
+  Returns:
+    `[N, C]` float32 scores in class order.
+  """
+  sorted_p, order = _sorted_descending(probs)
+  inclusive = jnp.cumsum(sorted_p, axis=-1)
+  if u is None:
+    sorted_scores = inclusive
+  else:
+    # Mass strictly above y plus a uniform fraction of p_y (Romano et al.'s randomisation).
+    sorted_scores = (inclusive - sorted_p) + u[:, None] * sorted_p
+  if lam:
+    rank = jnp.arange(1, probs.shape[-1] + 1, dtype=jnp.float32)
+    sorted_scores = sorted_scores + lam * jnp.maximum(rank - k_reg, 0.0)
+  return _to_class_order(sorted_scores, order)
+
+
+def aps_scores(probs: jax.Array, u: Optional[jax.Array] = None) -> jax.Array:
+  """APS score of every class (Romano et al. 2020): `Σ_{j<r(y)} p_(j) + u·p_y`.
+
+  `u` is `[N]` uniforms (randomised) or None (`u = 1`, the cumulative mass up to and including
+  `y`). `[N, C] -> [N, C]`.
+  """
+  return raps_scores(probs, u)
+
+
+def label_scores(all_scores: jax.Array, labels: jax.Array) -> jax.Array:
+  """The score of each sample's label: `all_scores[i, labels[i]]`. `[N, C], [N] -> [N]`."""
+  return jnp.take_along_axis(all_scores, labels[:, None], axis=-1)[:, 0]
+
+
+def quantile_rank(n: int, alpha: float) -> int:
+  """`k = ⌈(n + 1)(1 − α)⌉`, the rank of the conformal quantile among `n` scores (float64)."""
+  return math.ceil((n + 1) * (1.0 - alpha))
+
+
+def min_calibration_size(alpha: float) -> int:
+  """The smallest `n` with `⌈(n + 1)(1 − α)⌉ ≤ n`: fewer calibration samples give `q̂ = ∞`."""
+  n = max(1, math.floor((1.0 - alpha) / alpha) - 1)
+  while quantile_rank(n, alpha) > n:
+    n += 1
+  return n
+
+
+def conformal_quantile(scores: jax.Array, alpha: float,
+                       mask: Optional[jax.Array] = None) -> jax.Array:
+  """The split-conformal threshold `q̂`: the k-th smallest of the n valid scores.
+
+  `k = ⌈(n + 1)(1 − α)⌉` (Vovk et al. 2005; Lei et al. 2018): the empirical `k/n` quantile
+  with the "higher" rule in the inverse-CDF sense (no interpolation; `np.quantile(s, k/n,
+  method="inverted_cdf")`). With exchangeable data, `P(s_test ≤ q̂) ≥ 1 − α`, and `≤ 1 − α +
+  1/(n + 1)` without ties. Returns `+inf` when `k > n` (too few samples for `α`); `fit` raises
+  there instead when `n` is known.
+
+  Args:
+    scores: `[N]` float32 calibration scores.
+    alpha: miscoverage level in (0, 1), a Python float.
+    mask: optional `[N]` bool; only selected scores count (`n = Σ mask`).
+
+  Returns:
+    float32 scalar.
+  """
+  return quantile_from_ranks(scores, quantile_ranks(scores.shape[0], alpha), mask)
+
+
+def quantile_ranks(size: int, alpha: float) -> np.ndarray:
+  """`quantile_rank(n, alpha)` for n = 0..size as an int32 table (float64 on the host)."""
+  return np.ceil((np.arange(size + 1) + 1.0) * (1.0 - alpha)).astype(np.int32)
+
+
+def quantile_from_ranks(scores: jax.Array, ranks: jax.Array,
+                        mask: Optional[jax.Array] = None) -> jax.Array:
+  """`conformal_quantile` with the ranks given as a table `ranks[n] = k` (`quantile_ranks`).
+
+  The table makes α a traced value: one compiled program serves every α, and the rank of a
+  masked `n` (traced under jit) equals the float64 formula exactly, which float32 arithmetic on
+  device can miss by one.
+  """
+  size = scores.shape[0]
+  if mask is None:
+    n = jnp.int32(size)
+  else:
+    scores = jnp.where(mask, scores, jnp.inf)
+    n = jnp.sum(mask, dtype=jnp.int32)
+  k = jnp.asarray(ranks)[n]
+  ordered = jnp.sort(scores)
+  q = ordered[jnp.clip(k - 1, 0, size - 1)]
+  return jnp.where(k <= n, q, jnp.inf).astype(jnp.float32)

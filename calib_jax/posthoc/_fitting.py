@@ -17,6 +17,9 @@ ArrayLike = jax.typing.ArrayLike
 # (ODIR's off-diagonals and biases) do not count as free.
 SAMPLES_PER_PARAMETER = 10
 
+# How far above the runner-up a top-label calibrator keeps the top class (`replace_top_label`).
+TOP_MARGIN = 2.0 ** -20
+
 
 def fit_inputs(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike]):
   """Validates held-out `logits [..., C]` (C >= 2, finite), `labels [...]`, `mask [...]`.
@@ -82,8 +85,9 @@ def replace_top_label(probs: jax.Array, new_top: jax.Array) -> jax.Array:
 
   The other classes keep their proportions: `p'_k = p_k (1 − t) / (1 − c)` with `c` the old top
   probability and `t` the new one (uniform over the others when `c = 1`). `t` is first raised
-  to `r / (1 + r)`, `r = p_2 / (1 − c)` the runner-up's share, the least value at which the top
-  class stays the largest, so a top-label calibrator changes confidences, never predictions.
+  to `r / (1 + r) + 2⁻²⁰`, `r = p_2 / (1 − c)` the runner-up's share: at `r / (1 + r)` the
+  top class ties with the runner-up, and the margin keeps it strictly first through float32
+  rounding, so a top-label calibrator changes confidences, never predictions.
   """
   num_classes = probs.shape[-1]
   top = _predictions.first_argmax(probs)
@@ -93,5 +97,5 @@ def replace_top_label(probs: jax.Array, new_top: jax.Array) -> jax.Array:
   share = jnp.where(has_rest[:, None], probs / jnp.where(has_rest, rest_mass, 1.0)[:, None],
                     1.0 / max(num_classes - 1, 1))
   runner_up = jnp.max(jnp.where(is_top, 0.0, share), axis=-1)
-  t = jnp.clip(jnp.maximum(new_top, runner_up / (1.0 + runner_up)), 0.0, 1.0)
+  t = jnp.clip(jnp.maximum(new_top, runner_up / (1.0 + runner_up) + TOP_MARGIN), 0.0, 1.0)
   return jnp.where(is_top, t[:, None], (1.0 - t)[:, None] * share)

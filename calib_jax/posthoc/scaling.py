@@ -59,8 +59,10 @@ def odir_penalty(weights: jax.Array, bias: jax.Array, odir_lambda, odir_mu) -> j
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "max_iter"))
-def _fit_affine(logits, labels, weights, odir_lambda, odir_mu, tol, kind: str, max_iter: int):
-  num_classes = logits.shape[1]
+def _fit_affine(features, labels, weights, odir_lambda, odir_mu, tol, kind: str, max_iter: int):
+  """L-BFGS fit of `w ⊙ x + b` (kind "vector") or `W x + b` + ODIR (kind "matrix") on
+  `features` (the logits, or their log-softmax for Dirichlet calibration: one compiled fit)."""
+  num_classes = features.shape[1]
   if kind == "vector":
     init = {"weights": jnp.ones(num_classes, jnp.float32)}
   else:
@@ -69,7 +71,8 @@ def _fit_affine(logits, labels, weights, odir_lambda, odir_mu, tol, kind: str, m
   apply = _APPLY[kind]
 
   def loss(params):
-    value = _fitting.mean_nll(apply(logits, params["weights"], params["bias"]), labels, weights)
+    value = _fitting.mean_nll(apply(features, params["weights"], params["bias"]), labels,
+                              weights)
     if kind != "vector":
       value += odir_penalty(params["weights"], params["bias"], odir_lambda, odir_mu)
     return value
@@ -157,6 +160,7 @@ def fit_matrix_scaling(logits: ArrayLike, labels: ArrayLike, mask: Optional[Arra
       name, logits.shape[0], free,
       _check_nonnegative("min_samples_per_parameter", min_samples_per_parameter),
       "keep ODIR on (odir_lambda > 0, odir_mu > 0) or use vector scaling")
-  params, steps, value = _fit_affine(logits, labels, weights, odir_lambda, odir_mu, tol,
-                                     "dirichlet" if log_probs else "matrix", max_iter)
+  features = jax.nn.log_softmax(logits, axis=-1) if log_probs else logits
+  params, steps, value = _fit_affine(features, labels, weights, odir_lambda, odir_mu, tol,
+                                     "matrix", max_iter)
   return {**params, "steps": steps, "nll": value}

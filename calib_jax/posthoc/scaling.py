@@ -10,7 +10,7 @@ the log-probabilities) fitted by held-out NLL with L-BFGS on device.
 
 ODIR (off-diagonal and intercept regularisation, Kull et al. 2019 Eq. 5) adds
 `λ / (C(C−1)) Σ_{i≠j} W_ij² + μ / C Σ_j b_j²` to the mean NLL. The paper cross-validates λ and μ
-per model; the defaults λ = μ = 1 sit inside the range of its published optima. All maps
+per model over powers of ten; the defaults λ = μ = 1 are a middle value of that grid. All maps
 start at the identity (`W = I`, `w = 1`, `b = 0`), where `q = softmax(z)`.
 """
 import functools

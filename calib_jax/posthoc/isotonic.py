@@ -23,7 +23,6 @@ Two multi-class reductions:
   `q_k = g_k(p_k) / Σ_j g_j(p_j)` (uniform when all `g_j(p_j) = 0`), as scikit-learn's
   `CalibratedClassifierCV` normalises.
 """
-import functools
 from typing import Optional
 
 import jax

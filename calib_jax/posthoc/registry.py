@@ -40,7 +40,7 @@ def _binning(mode: str) -> Callable:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Spec:
+class _Entry:
   fit: Callable  # (logits, labels, mask, **kw) -> dict of arrays
   apply: Callable  # (logits [N, C], params) -> probabilities [N, C]
   options: tuple  # the keyword arguments `fit` accepts
@@ -49,25 +49,25 @@ class _Spec:
 
 _AFFINE = ("max_iter", "tol", "min_samples_per_parameter")
 _ODIR = ("odir_lambda", "odir_mu") + _AFFINE
-_SPECS = {
-    "temperature": _Spec(_fit_temperature, _apply_temperature, ("bounds", "iterations"),
+_CALIBRATORS = {
+    "temperature": _Entry(_fit_temperature, _apply_temperature, ("bounds", "iterations"),
                          "softmax(z / T)"),
-    "vector": _Spec(scaling.fit_vector_scaling, _softmax_of(scaling.apply_vector_scaling),
+    "vector": _Entry(scaling.fit_vector_scaling, _softmax_of(scaling.apply_vector_scaling),
                     _AFFINE, "softmax(w * z + b)"),
-    "matrix": _Spec(scaling.fit_matrix_scaling, _softmax_of(scaling.apply_matrix_scaling),
+    "matrix": _Entry(scaling.fit_matrix_scaling, _softmax_of(scaling.apply_matrix_scaling),
                     _ODIR, "softmax(W z + b), ODIR"),
-    "dirichlet": _Spec(_fit_dirichlet, _softmax_of(scaling.apply_dirichlet), _ODIR,
+    "dirichlet": _Entry(_fit_dirichlet, _softmax_of(scaling.apply_dirichlet), _ODIR,
                        "softmax(W log p + b), ODIR"),
-    "isotonic": _Spec(isotonic.fit_isotonic,
+    "isotonic": _Entry(isotonic.fit_isotonic,
                       lambda z, p: isotonic.apply_isotonic(z, p["scores"], p["fitted"]), (),
                       "top-label isotonic regression"),
-    "isotonic_ovr": _Spec(isotonic.fit_isotonic_ovr,
+    "isotonic_ovr": _Entry(isotonic.fit_isotonic_ovr,
                           lambda z, p: isotonic.apply_isotonic_ovr(z, p["scores"], p["fitted"]),
                           (), "one-vs-rest isotonic regression"),
-    "histogram": _Spec(_binning("top_label"),
+    "histogram": _Entry(_binning("top_label"),
                        lambda z, p: binning.apply_histogram_binning(z, p["bin_values"]),
                        ("num_bins",), "top-label histogram binning"),
-    "histogram_ovr": _Spec(_binning("ovr"),
+    "histogram_ovr": _Entry(_binning("ovr"),
                            lambda z, p: binning.apply_histogram_binning(z, p["bin_values"]),
                            ("num_bins",), "one-vs-rest histogram binning"),
 }
@@ -75,7 +75,7 @@ _SPECS = {
 
 def calibrator_names() -> list[str]:
   """The names `fit_calibrator` accepts."""
-  return list(_SPECS)
+  return list(_CALIBRATORS)
 
 
 def _describe(value) -> str:
@@ -115,13 +115,13 @@ class Calibrator:
       raise ValueError(f"logits have {logits.shape[-1]} classes; the {self.name!r} calibrator "
                        f"was fitted on {self.num_classes}.")
     flat = logits.reshape(-1, self.num_classes)
-    return _SPECS[self.name].apply(flat, self.params).reshape(logits.shape)
+    return _CALIBRATORS[self.name].apply(flat, self.params).reshape(logits.shape)
 
   def __repr__(self) -> str:
     fields = [f"num_classes={self.num_classes}"]
     fields += [f"{k}={_describe(v)}" for k, v in self.params.items()]
     fields += [f"{k}={v!r}" for k, v in self.options.items()]
-    return f"Calibrator({self.name!r}: {_SPECS[self.name].summary}; {', '.join(fields)})"
+    return f"Calibrator({self.name!r}: {_CALIBRATORS[self.name].summary}; {', '.join(fields)})"
 
   def tree_flatten(self):
     keys = tuple(self.params)
@@ -149,13 +149,13 @@ def fit_calibrator(name: str, val_logits: ArrayLike, val_labels: ArrayLike,
   Returns:
     A `Calibrator` mapping logits to calibrated probabilities.
   """
-  spec = _SPECS.get(name)
-  if spec is None:
-    raise ValueError(f"unknown calibrator {name!r}; choose one of {', '.join(_SPECS)}.")
-  unknown = sorted(set(kw) - set(spec.options))
+  entry = _CALIBRATORS.get(name)
+  if entry is None:
+    raise ValueError(f"unknown calibrator {name!r}; choose one of {', '.join(_CALIBRATORS)}.")
+  unknown = sorted(set(kw) - set(entry.options))
   if unknown:
-    valid = ", ".join(spec.options) if spec.options else "none"
+    valid = ", ".join(entry.options) if entry.options else "none"
     raise ValueError(f"calibrator {name!r} has no option {unknown[0]!r}; valid options: "
                      f"{valid}.")
-  params = spec.fit(val_logits, val_labels, mask, **kw)
+  params = entry.fit(val_logits, val_labels, mask, **kw)
   return Calibrator(name, params, int(np.shape(val_logits)[-1]), kw)

@@ -46,8 +46,7 @@ def apply_dirichlet(logits: ArrayLike, weights: ArrayLike, bias: ArrayLike) -> j
                               bias)
 
 
-_APPLY = {"vector": apply_vector_scaling, "matrix": apply_matrix_scaling,
-          "dirichlet": apply_dirichlet}
+_APPLY = {"vector": apply_vector_scaling, "matrix": apply_matrix_scaling}
 
 
 def odir_penalty(weights: jax.Array, bias: jax.Array, odir_lambda, odir_mu) -> jax.Array:

@@ -59,6 +59,8 @@ def main():
                       help="timed fits after the first; 0: the first only (fit = nan)")
   parser.add_argument("--max-iter", type=int, default=200, help="L-BFGS steps at most")
   parser.add_argument("--ovr-max", type=float, default=1e7, help="largest N*C for isotonic_ovr")
+  parser.add_argument("--methods", default="vector,matrix,dirichlet,isotonic,isotonic_ovr",
+                      help="comma-separated calibrator names to time")
   parser.add_argument("--no-sklearn", action="store_true")
   parser.add_argument("--quick", action="store_true", help="N = 1e4, C = 10")
   args = parser.parse_args()
@@ -77,6 +79,7 @@ def main():
               ("isotonic", {})]
       if n * c <= args.ovr_max:
         runs.append(("isotonic_ovr", {}))
+      runs = [(name, kw) for name, kw in runs if name in args.methods.split(",")]
       iso_time = float("nan")
       for name, kw in runs:
         first, fit, cal = _time(lambda: posthoc.fit_calibrator(name, logits, labels, **kw),

@@ -27,6 +27,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from calib_jax.metrics import _predictions
@@ -80,6 +81,26 @@ def pav_binary(scores: jax.Array, targets: jax.Array, weights: jax.Array):
   start, _, rounds = lax.while_loop(lambda carry: carry[1], pool,
                                     (start, jnp.array(True), jnp.int32(0)))
   return xs, _block_means(start, y_prefix, w_prefix), rounds
+
+
+def compress(scores: ArrayLike, fitted: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+  """The first and last point of each constant run of a fit (host-side, numpy).
+
+  The fitted map is constant on a block and linear between the last point of one block and the
+  first of the next, so these points interpolate exactly as the full table does: O(blocks)
+  memory instead of O(N). `[C, M]` fits (one-vs-rest) are padded per class by repeating the
+  last kept point.
+  """
+  scores, fitted = np.asarray(scores, np.float32), np.asarray(fitted, np.float32)
+  if scores.ndim == 2:
+    rows = [compress(s, f) for s, f in zip(scores, fitted)]
+    width = max(len(s) for s, _ in rows)
+    pad = lambda a: np.concatenate([a, np.full(width - len(a), a[-1], a.dtype)])
+    return (np.stack([pad(s) for s, _ in rows]), np.stack([pad(f) for _, f in rows]))
+  changes = fitted[1:] != fitted[:-1]
+  keep = np.ones(len(fitted), bool)
+  keep[1:-1] = changes[:-1] | changes[1:]  # the last of a run, or the first of the next
+  return scores[keep], fitted[keep]
 
 
 def _interp(x, xs, fitted):

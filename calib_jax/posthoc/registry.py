@@ -34,6 +34,15 @@ def _fit_dirichlet(logits, labels, mask, **kw):
   return scaling.fit_matrix_scaling(logits, labels, mask, log_probs=True, **kw)
 
 
+def _compressed(fit: Callable) -> Callable:
+  """An isotonic fit whose tables keep only the ends of each block (`isotonic.compress`)."""
+  def fit_and_compress(logits, labels, mask, **kw):
+    params = fit(logits, labels, mask, **kw)
+    scores_, fitted = isotonic.compress(params["scores"], params["fitted"])
+    return {**params, "scores": jnp.asarray(scores_), "fitted": jnp.asarray(fitted)}
+  return fit_and_compress
+
+
 def _binning(mode: str) -> Callable:
   return lambda logits, labels, mask, **kw: binning.fit_histogram_binning(
       logits, labels, mask, mode=mode, **kw)
@@ -58,10 +67,10 @@ _CALIBRATORS = {
                     _ODIR, "softmax(W z + b), ODIR"),
     "dirichlet": _Entry(_fit_dirichlet, _softmax_of(scaling.apply_dirichlet), _ODIR,
                        "softmax(W log p + b), ODIR"),
-    "isotonic": _Entry(isotonic.fit_isotonic,
+    "isotonic": _Entry(_compressed(isotonic.fit_isotonic),
                       lambda z, p: isotonic.apply_isotonic(z, p["scores"], p["fitted"]), (),
                       "top-label isotonic regression"),
-    "isotonic_ovr": _Entry(isotonic.fit_isotonic_ovr,
+    "isotonic_ovr": _Entry(_compressed(isotonic.fit_isotonic_ovr),
                           lambda z, p: isotonic.apply_isotonic_ovr(z, p["scores"], p["fitted"]),
                           (), "one-vs-rest isotonic regression"),
     "histogram": _Entry(_binning("top_label"),

@@ -1,15 +1,13 @@
-"""Confidence scores and post-hoc calibration (SPEC §3).
+"""Temperature scaling: `softmax(z / T)` with one scalar `T > 0` fitted on held-out data.
 
-Scores map logits `[..., C]` to one number per sample, higher = more confident:
-`msp`, `max_logit`, `neg_entropy`, `max_logit_pnorm` (logit normalisation, Cattelan & Silva
-2023; Xia et al. 2024 Eq. 17). `fit_temperature` minimises held-out NLL;
-`select_temperature_from_grid` picks the grid value with the lowest held-out ECE (the label
-relaxation paper's protocol); `select_pnorm` picks the p-norm with the lowest held-out AURC, or
-falls back to MSP.
+Guo, Pleiss, Sun & Weinberger (ICML 2017), "On calibration of modern neural networks".
+`fit_temperature` minimises the held-out NLL; `select_temperature_from_grid` picks the grid
+value with the lowest held-out ECE (the label-relaxation paper's protocol). Conventions (bins,
+masks, float32) are those of the metrics; see docs/conventions.md.
 """
 import functools
 import numbers
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -18,74 +16,18 @@ from jax import lax
 
 from calib_jax import metrics
 from calib_jax.metrics import _checks
+from calib_jax.posthoc import scores
 
 ArrayLike = jax.typing.ArrayLike
 
 _GOLDEN = (np.sqrt(5.0) - 1.0) / 2.0
 
 
-def _logits_array(logits: ArrayLike) -> jax.Array:
-  if np.ndim(logits) < 1 or np.shape(logits)[-1] < 1:
-    raise ValueError(f"logits must have shape [..., C] with C >= 1, got {np.shape(logits)}.")
-  return _checks.as_float_array(logits, "logits")
-
-
-def msp(logits: ArrayLike) -> jax.Array:
-  """Maximum softmax probability `max_k softmax(z)_k`, shape `[...]`."""
-  return jnp.max(jax.nn.softmax(_logits_array(logits), axis=-1), axis=-1)
-
-
-def max_logit(logits: ArrayLike) -> jax.Array:
-  """Maximum logit `max_k z_k`, shape `[...]`."""
-  return jnp.max(_logits_array(logits), axis=-1)
-
-
-def neg_entropy(logits: ArrayLike) -> jax.Array:
-  """Negative predictive entropy `Σ_k p_k log p_k` (≤ 0; higher = more confident)."""
-  logp = jax.nn.log_softmax(_logits_array(logits), axis=-1)
-  return jnp.sum(jnp.exp(logp) * logp, axis=-1)
-
-
-def _check_p(p) -> float:
-  if isinstance(p, bool) or not isinstance(p, numbers.Real) or not p >= 1:
-    raise ValueError(f"p must be a real number >= 1 (or inf), got {p!r}.")
-  return float(p)
-
-
-@functools.partial(jax.jit, static_argnames=("p", "center"))
-def _pnorm_score(logits, p: float, center: bool):
-  v = logits - jnp.mean(logits, axis=-1, keepdims=True) if center else logits
-  scale = jnp.max(jnp.abs(v), axis=-1, keepdims=True)
-  safe = jnp.where(scale > 0, scale, 1.0)
-  if np.isinf(p):
-    norm_over_scale = jnp.ones_like(scale[..., 0])
-  else:
-    # Dividing by max|v| first keeps |v|^p finite for large logits and large p.
-    norm_over_scale = jnp.sum(jnp.abs(v / safe) ** p, axis=-1) ** (1.0 / p)
-  score = jnp.max(v / safe, axis=-1) / norm_over_scale
-  # All-equal logits: no direction at all, the least confident possible score.
-  return jnp.where(scale[..., 0] > 0, score, 0.0)
-
-
-def max_logit_pnorm(logits: ArrayLike, p: float, center: bool = True) -> jax.Array:
-  """Max of the p-norm-normalised logits: `max_k z'_k`, `z' = v / ‖v‖_p`.
-
-  `v = z − mean(z)` when `center` (Cattelan & Silva's default), else `v = z` (LS-vs-SC Eq. 17).
-  A sample whose `v` is all zeros scores 0. Shape `[...]`.
-
-  Args:
-    logits: `[..., C]`.
-    p: norm order, a real >= 1 or `float('inf')`.
-    center: subtract the per-sample mean logit first.
-  """
-  return _pnorm_score(_logits_array(logits), _check_p(p), bool(center))
-
-
 def apply_temperature(logits: ArrayLike, temperature) -> jax.Array:
   """Temperature-scaled logits `z / T` (pass them to softmax for calibrated probabilities)."""
   if isinstance(temperature, numbers.Real) and not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}.")
-  return _logits_array(logits) / jnp.asarray(temperature, jnp.float32)
+  return scores.logits_array(logits) / jnp.asarray(temperature, jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnames="iterations")
@@ -169,33 +111,3 @@ def select_temperature_from_grid(logits: ArrayLike, labels: ArrayLike,
   eces = [float(metrics.ece(jax.nn.softmax(logits / t), labels, num_bins=num_bins, mask=mask))
           for t in temperatures]
   return temperatures[int(np.argmin(eces))]
-
-
-def pnorm_aurcs(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,
-                center: bool = True, mask: Optional[ArrayLike] = None) -> dict:
-  """Held-out AURC of MSP (key `"msp"`) and of `max_logit_pnorm` for each p (keys = p)."""
-  logits, labels, mask = _checks.flatten_probs_labels(logits, labels, mask)
-  correct = jnp.argmax(logits, axis=-1) == labels
-  out = {"msp": float(metrics.aurc(msp(logits), correct, mask))}
-  for p in ps:
-    out[p] = float(metrics.aurc(max_logit_pnorm(logits, p, center), correct, mask))
-  return out
-
-
-def select_pnorm(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,
-                 center: bool = True,
-                 mask: Optional[ArrayLike] = None) -> Optional[Union[int, float]]:
-  """The p whose `max_logit_pnorm` has the lowest held-out AURC, or None to keep MSP.
-
-  Returns:
-    The best p from `ps` (smallest p on exact ties), or `None` when MSP's AURC is lower or
-    equal — the fallback of Cattelan & Silva: then use `msp` as the score.
-  """
-  ps = list(ps)
-  if not ps:
-    raise ValueError("ps must contain at least one p.")
-  for p in ps:
-    _check_p(p)
-  aurcs = pnorm_aurcs(logits, labels, ps, center=center, mask=mask)
-  best = min(ps, key=lambda p: aurcs[p])
-  return None if aurcs["msp"] <= aurcs[best] else best

@@ -1,0 +1,84 @@
+"""Logit-normalised confidence `max_logit_pnorm` and its held-out selection.
+
+Logit normalisation: Cattelan & Silva 2023 ("How to fix a broken confidence estimator"); the
+uncentred form is Eq. 17 of Xia et al. 2024 (label smoothing vs selective classification).
+`select_pnorm` picks the p-norm with the lowest held-out AURC, or falls back to MSP.
+"""
+import functools
+import numbers
+from typing import Iterable, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from calib_jax import metrics
+from calib_jax.metrics import _checks
+from calib_jax.posthoc import scores
+
+ArrayLike = jax.typing.ArrayLike
+
+
+def _check_p(p) -> float:
+  if isinstance(p, bool) or not isinstance(p, numbers.Real) or not p >= 1:
+    raise ValueError(f"p must be a real number >= 1 (or inf), got {p!r}.")
+  return float(p)
+
+
+@functools.partial(jax.jit, static_argnames=("p", "center"))
+def _pnorm_score(logits, p: float, center: bool):
+  v = logits - jnp.mean(logits, axis=-1, keepdims=True) if center else logits
+  scale = jnp.max(jnp.abs(v), axis=-1, keepdims=True)
+  safe = jnp.where(scale > 0, scale, 1.0)
+  if np.isinf(p):
+    norm_over_scale = jnp.ones_like(scale[..., 0])
+  else:
+    # Dividing by max|v| first keeps |v|^p finite for large logits and large p.
+    norm_over_scale = jnp.sum(jnp.abs(v / safe) ** p, axis=-1) ** (1.0 / p)
+  score = jnp.max(v / safe, axis=-1) / norm_over_scale
+  # All-equal logits: no direction at all, the least confident possible score.
+  return jnp.where(scale[..., 0] > 0, score, 0.0)
+
+
+def max_logit_pnorm(logits: ArrayLike, p: float, center: bool = True) -> jax.Array:
+  """Max of the p-norm-normalised logits: `max_k z'_k`, `z' = v / ‖v‖_p`.
+
+  `v = z − mean(z)` when `center` (Cattelan & Silva's default), else `v = z` (LS-vs-SC Eq. 17).
+  A sample whose `v` is all zeros scores 0. Shape `[...]`.
+
+  Args:
+    logits: `[..., C]`.
+    p: norm order, a real >= 1 or `float('inf')`.
+    center: subtract the per-sample mean logit first.
+  """
+  return _pnorm_score(scores.logits_array(logits), _check_p(p), bool(center))
+
+
+def pnorm_aurcs(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,
+                center: bool = True, mask: Optional[ArrayLike] = None) -> dict:
+  """Held-out AURC of MSP (key `"msp"`) and of `max_logit_pnorm` for each p (keys = p)."""
+  logits, labels, mask = _checks.flatten_probs_labels(logits, labels, mask)
+  correct = jnp.argmax(logits, axis=-1) == labels
+  out = {"msp": float(metrics.aurc(scores.msp(logits), correct, mask))}
+  for p in ps:
+    out[p] = float(metrics.aurc(max_logit_pnorm(logits, p, center), correct, mask))
+  return out
+
+
+def select_pnorm(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,
+                 center: bool = True,
+                 mask: Optional[ArrayLike] = None) -> Optional[Union[int, float]]:
+  """The p whose `max_logit_pnorm` has the lowest held-out AURC, or None to keep MSP.
+
+  Returns:
+    The best p from `ps` (smallest p on exact ties), or `None` when MSP's AURC is lower or
+    equal — the fallback of Cattelan & Silva: then use `msp` as the score.
+  """
+  ps = list(ps)
+  if not ps:
+    raise ValueError("ps must contain at least one p.")
+  for p in ps:
+    _check_p(p)
+  aurcs = pnorm_aurcs(logits, labels, ps, center=center, mask=mask)
+  best = min(ps, key=lambda p: aurcs[p])
+  return None if aurcs["msp"] <= aurcs[best] else best

@@ -1,4 +1,4 @@
-"""Calibration and selective-classification metrics, computed on device (SPEC §2).
+"""Calibration and selective-classification metrics on device (docs/conventions.md#metrics).
 
 Calibration metrics take `(probs [..., C], labels [...])`; selective metrics take
 `(scores [...], correct [...])`; every metric takes an optional bool `mask [...]`.

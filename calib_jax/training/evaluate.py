@@ -8,7 +8,7 @@
    temperature T (`posthoc.fit_temperature`, held-out NLL) and picks the logit-normalisation
    p (`posthoc.select_pnorm`, held-out AURC; None keeps MSP);
 3. streams the report split through two sets of streaming accumulators
-   (`evaluators.accumulators`), on logits and on logits / T: every SPEC §2 calibration metric
+   (`evaluators.accumulators`) on logits and logits/T: each calibration metric (docs/conventions.md)
    before and after temperature scaling (the papers' PreT / PosT columns), MSP-based selective
    metrics, and mIoU for segmentation;
 4. computes the selective metrics of the other confidence scores (max logit, negative entropy,

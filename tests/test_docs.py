@@ -417,3 +417,20 @@ def test_readme_is_a_front_page():
   assert len(_read("README.md").splitlines()) <= 250
   assert "Status:" in _read("README.md")  # the LR Table 1 status line a person updates
 
+
+
+def test_code_references_to_conventions_resolve():
+  """Docstrings and comments cite sections of docs/conventions.md by anchor; each must exist."""
+  sections = anchors("docs/conventions.md")
+  files = [os.path.join(ROOT, name) for name in ("train.py", "eval.py")]
+  for folder in ("calib_jax", "tests", "bench", "configs"):
+    files += glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)
+  cited, problems = 0, []
+  for path in files:
+    if not os.path.exists(path):
+      continue
+    for anchor in re.findall(r"docs/conventions\.md#([\w-]+)", _read(path)):
+      cited += 1
+      if anchor not in sections:
+        problems.append(f"{os.path.relpath(path, ROOT)}: no section #{anchor}")
+  assert cited > 0 and not problems, "\n".join(problems)

@@ -79,6 +79,39 @@ def test_loop_and_evaluation_do_not_import_each_other():
   assert "calib_jax.training.loop" not in graph["calib_jax.training.evaluators"]
 
 
+def _imported_modules(node):
+  """Dotted names an import statement brings in (`from a import b`: `a` and `a.b`)."""
+  if isinstance(node, ast.Import):
+    return [a.name for a in node.names]
+  base = node.module or ""
+  return [base] + [f"{base}.{a.name}" for a in node.names]
+
+
+def _late_imports(tree):
+  """(line, module) of every import inside a function body."""
+  found = []
+  for func in ast.walk(tree):
+    if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      for node in ast.walk(func):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+          found += [(node.lineno, name) for name in _imported_modules(node)]
+  return found
+
+
+def test_models_import_the_models_package_at_module_level_only():
+  """The cycle check skips a submodule's edge to its own package, so a late import of
+  `calib_jax.models` inside it would hide a cycle: none of the models' modules has one."""
+  folder = os.path.join(PACKAGE, "models")
+  paths = tuple(os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py"))
+  late = [f"{os.path.relpath(path, ROOT)}:{line} imports {name}"
+          for path, tree in zip(paths, parse_files(paths))
+          for line, name in _late_imports(tree)
+          if name == "calib_jax.models" or name.startswith("calib_jax.models.")]
+  assert not late, "\n".join(late)
+  assert _late_imports(ast.parse("def f():\n  from calib_jax import models\n")) == [
+      (2, "calib_jax"), (2, "calib_jax.models")]
+
+
 def test_the_cycle_check_finds_a_cycle():
   assert _cycle({"m.a": {"m.b"}, "m.b": {"m.c"}, "m.c": {"m.a"}}) is not None
   assert _cycle({"m.a": {"m.b"}, "m.b": set()}) is None

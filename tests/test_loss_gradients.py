@@ -1,4 +1,4 @@
-"""Losses against SPEC §1, their gradients: the facts SPEC states (CE/LS, MbLS and ACLS
+"""Loss gradients: the facts of docs/conventions.md#gradient-facts (CE/LS, MbLS and ACLS
 regularisers, LR's zero region), finite differences for every loss, and the effective target.
 """
 import jax
@@ -10,7 +10,7 @@ from calib_jax import losses
 from test_losses import B, C, np_log_softmax, np_onehot, random_batch  # the loss tests' helpers
 
 
-# --- gradient facts of SPEC §1 -------------------------------------------------------------------
+# --- docs/conventions.md#gradient-facts ---------------------------------------------------------
 
 def per_example_grad(name, z, y, **kw):
   """Per-example gradient: the loss averages over B entries, so scale by B."""
@@ -48,7 +48,7 @@ def test_mbls_regulariser_gradient():
 
 @pytest.mark.parametrize("winner_term", ["max", "max_minus_min"])
 def test_acls_regulariser_gradient(winner_term):
-  """SPEC §1: 2·lp·relu(z_top − M) at the argmax (max form; z_top − min z for max_minus_min,
+  """Gradient facts: 2·lp·relu(z_top − M) at the argmax (max form; z_top − min z for max_minus_min,
   whose min is differentiated: the negative of it at the argmin), −2·ln/(C−1)·relu(z_top − z_j − M)
   at the losers, and nothing else."""
   z, y = random_batch(scale=6.0, seed=10)

@@ -1,4 +1,4 @@
-"""Losses against SPEC §1: independent numpy references, shapes, stability, errors (gradients:
+"""Losses vs docs/conventions.md#losses: numpy references, shapes, stability, errors (gradients:
 test_loss_gradients.py)."""
 import jax
 import jax.numpy as jnp
@@ -95,7 +95,7 @@ def ref_mdca(z, y, beta=1.0):
 
 
 def ref_cpc(z, y, lambda_1v1=1.0, lambda_be=1.0):
-  """SPEC §1 transcribed with probabilities: log σ(z_a − z_b) = log(p_a / (p_a + p_b))."""
+  """docs/conventions.md#cpc with probabilities: log σ(z_a − z_b) = log(p_a / (p_a + p_b))."""
   p = np.exp(np_log_softmax(z))
   c = z.shape[-1]
   out = []

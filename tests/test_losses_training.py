@@ -1,4 +1,4 @@
-"""ACLS trains the label-relaxation paper's 2x1024 MLP (SPEC §1 revision, issue: ACLS diverged).
+"""ACLS trains the label-relaxation paper's 2x1024 MLP (docs/conventions.md#acls: it diverged).
 
 SGD with Nesterov 0.9, lr 0.05, batch 64, no clipping, on synthetic 784-d inputs: both winner
 forms keep the loss finite and the logits bounded. As a control, the former default (paper

@@ -1,4 +1,4 @@
-"""Calibration metrics vs independent numpy re-implementations (SPEC §2)."""
+"""Calibration metrics vs independent numpy references (docs/conventions.md#calibration-metrics)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -1,4 +1,4 @@
-"""Tie-aware selective-classification metrics vs independent numpy references (SPEC §2)."""
+"""Tie-aware selective metrics against numpy (docs/conventions.md#selective-classification)."""
 import itertools
 import math
 

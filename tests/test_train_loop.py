@@ -179,7 +179,7 @@ def test_a_configured_split_is_read_as_tfds_reads_it(monkeypatch):
   'train[:55000]'; here digits is given 'train[:1000]' of its 1297 training images)."""
   from calib_jax.data import registry
   digits = registry.spec("digits")
-  monkeypatch.setitem(registry._SPECS, "digits", dataclasses.replace(
+  monkeypatch.setitem(registry._DATASETS, "digits", dataclasses.replace(
       digits, meta=dataclasses.replace(digits.meta, train_split="train[:1000]")))
   alias = experiment.build(tiny_config()).data
   assert alias.split("train") == "train"  # the alias

@@ -9,7 +9,7 @@ batches = data.make_dataset("clutter_objects", "train", batch_size=128, train=Tr
 batches.num_examples            # examples in the split (after max_examples), before sharding
 batch = next(batches)           # {'image', 'label', 'mask', 'objectness'} numpy arrays
 data.num_examples("clutter_objects", "train")   # the same count without opening a stream
-data.objectness(boxes, crop)    # exact SPEC §4 objectness, eager on numpy
+data.objectness(boxes, crop)    # exact objectness (docs/conventions.md#boxes-and-objectness)
 ```
 
 Modules: `registry` (what each dataset is: `DatasetSpec` = `DatasetMeta` + `Source` +

@@ -1,6 +1,6 @@
 """Box geometry for adaptive label smoothing: exact objectness and box-aware crops.
 
-Conventions (SPEC §4): boxes and crop windows are normalised ``[ymin, xmin, ymax, xmax]`` in
+Boxes/crops: normalised ``[ymin, xmin, ymax, xmax]`` (docs/conventions.md#boxes-and-objectness) in
 *edge* coordinates, i.e. pixel row ``i`` of an image of height ``H`` covers ``[i/H, (i+1)/H]``.
 A crop window may extend beyond ``[0, 1]`` (pad-and-crop); it is always expressed relative to
 the image the boxes refer to. Rows with zero (or negative) area are padding.
@@ -78,7 +78,7 @@ def objectness_tf(boxes: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
 
 
 def objectness(boxes, crop) -> float:
-  """Exact objectness of a crop (SPEC §4), callable eagerly on numpy arrays.
+  """Exact objectness of a crop (docs/conventions.md#boxes-and-objectness), eager on numpy.
 
   Args:
     boxes: ``[K, 4]`` normalised ``[ymin, xmin, ymax, xmax]`` object boxes; rows with zero

@@ -28,7 +28,7 @@ class PipelineOptions:
 
   Attributes:
     objectness: add 'objectness' float32 [B] (needs boxes): fraction of the crop covered by
-      the union of the object boxes (SPEC §4); -1 marks context-only samples.
+      the object boxes' union (docs/conventions.md#boxes-and-objectness); -1: context-only sample.
     context_rate: fraction of *training* samples turned into context-only samples (all
       object boxes filled with the dataset's mean pixel, objectness -1; ALS uses 0.15).
       Implies ``objectness``.

@@ -162,11 +162,11 @@ _CATALOG_HINT = ("It is in the tfds catalogue and is downloaded on first use; on
 
 # Mean/std of the generated and sklearn datasets were measured on their train splits
 # (tests/test_data_offline.py re-measures them).
-_SPECS: dict[str, DatasetSpec] = {}
+_DATASETS: dict[str, DatasetSpec] = {}
 
 
 def _register(meta: DatasetMeta, source: Source, recipe: Recipe) -> None:
-  _SPECS[meta.name] = DatasetSpec(meta, source, recipe)
+  _DATASETS[meta.name] = DatasetSpec(meta, source, recipe)
 
 
 _register(
@@ -265,14 +265,14 @@ _register(
 
 def names() -> list[str]:
   """Sorted registry keys."""
-  return sorted(_SPECS)
+  return sorted(_DATASETS)
 
 
 def spec(name: str) -> DatasetSpec:
   """The `DatasetSpec` of ``name``; unknown names raise ValueError listing valid ones."""
-  if name not in _SPECS:
+  if name not in _DATASETS:
     raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(names())}.")
-  return _SPECS[name]
+  return _DATASETS[name]
 
 
 def info(name: str) -> DatasetMeta:

@@ -1,4 +1,4 @@
-"""The label-smoothing family of calibration losses (SPEC §1).
+"""The label-smoothing family of calibration losses (docs/conventions.md#losses).
 
     loss_fn = calib_jax.losses.get("mbls", margin=10.0)
     value = loss_fn(logits, labels, mask=None, objectness=None)   # float32 scalar
@@ -56,7 +56,7 @@ _LOSSES: dict[str, _LossDef] = {
 
 
 def names() -> list[str]:
-  """Names accepted by `get`, in the order of SPEC §1."""
+  """Names accepted by `get`, in the order of docs/conventions.md#loss-formulas."""
   return list(_LOSSES)
 
 

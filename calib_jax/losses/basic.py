@@ -59,7 +59,7 @@ def focal_sample_dependent(x: LossInputs, *, gamma: float) -> jax.Array:
 def confidence_penalty(x: LossInputs, *, beta: float) -> jax.Array:
   """Explicit confidence penalty (Pereyra et al. 2017): `−log p_y − β·H(p)`, `H = −Σ_k p_k log p_k`.
 
-  The entropy is summed over classes, as Pereyra et al. write it (SPEC §1). The MbLS code
+  The entropy is summed over classes as Pereyra et al. write it (docs/conventions.md#ecp); MbLS code
   (`calibrate/losses/penalty_entropy_loss.py`), whose ECP rows the MbLS and ACLS tables report,
   averages it over the C classes instead, so its weight α is `β·C` here: the papers' "ECP
   β = 0.1" at C = 10 is `beta=0.01` in this function.

@@ -1,7 +1,7 @@
 """Losses with a batch-level calibration term: MDCA and MMCE.
 
 They take all entries at once (segmentation pixels are flattened) and use valid entries only, as
-SPEC §1 asks for batch-level terms.
+docs/conventions.md#reductions fixes for batch-level terms.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def mmce_weighted(confidence: jax.Array, correct: jax.Array, weights: jax.Array)
   over the correct (C, m_c of them) and wrong (W, m_w) valid samples, `r` the confidence.
   Returns `sqrt(max(MMCE_w², 0))`. Memory is O(N²) in the number of entries.
 
-  This is the formula of Kumar et al. (their Eq. for MMCE_w, SPEC §1). Their released
+  This is the formula of Kumar et al. (their MMCE_w; docs/conventions.md#mmce). Their released
   TensorFlow code differs in two ways: it divides each pair sum by the squared count a second
   time (by m_c⁴, m_w⁴ and (m_c·m_w)² instead of m_c², m_w², m_c·m_w), which shrinks the term by
   the batch's counts, and it drops the term (0) when a batch has no correct or no wrong sample.

@@ -13,7 +13,7 @@ def margin_label_smoothing(x: LossInputs, *, margin: float, alpha: float) -> jax
 
       L = −log p_y + α · (1/C) Σ_k relu(max_j z_j − z_k − m)
 
-  The paper writes `λ Σ_k relu(d_k − m)`; SPEC §1 fixes the official code's convention, a *mean*
+  The paper writes `λ Σ_k relu(d_k − m)`; docs/conventions.md#mbls takes the official code's *mean*
   over the C classes (the argmax's own term is 0) with weight α, i.e. λ = α/C. The max is not
   stopped (as in the official code), so the regulariser's gradient is `−α/C` at every k ≠ ŷ with
   `d_k > m` and `+α/C · #{k: d_k > m}` at ŷ.
@@ -25,7 +25,7 @@ def margin_label_smoothing(x: LossInputs, *, margin: float, alpha: float) -> jax
 
 def adaptive_conditional_label_smoothing(x: LossInputs, *, margin: float, lambda_pos: float,
                                          lambda_neg: float, winner_term: str) -> jax.Array:
-  """ACLS (Park et al. ICCV 2023), as the official code computes it (SPEC §1).
+  """ACLS (Park et al. ICCV 2023), as the official code computes it (docs/conventions.md#acls).
 
       L = −log p_y + λ_pos · relu(z_ŷ − M)² + λ_neg · mean_{j≠ŷ} relu(sg(z_ŷ) − z_j − M)²
 

@@ -9,7 +9,7 @@ from calib_jax.losses.basic import cross_entropy
 
 
 def pairwise_constraints(x: LossInputs, *, lambda_1v1: float, lambda_be: float) -> jax.Array:
-  """CPC with the normalisation of the public implementation (SPEC §1):
+  """CPC with the normalisation of the public implementation (docs/conventions.md#cpc):
 
       L = −log p_y + λ_1v1 · mean_{k≠y} −log σ(z_y − z_k)
                    + λ_be · 1/(2(C−1)(C−2)) · Σ_{k≠y} Σ_{l≠y, l≠k} −log σ(z_k − z_l)

@@ -1,4 +1,5 @@
-"""Calibration, selective-classification and detection metrics, computed on device.
+"""Calibration, selective-classification and detection metrics on device
+(docs/conventions.md#metrics).
 
 Calibration metrics take `(probs [..., C], labels [...])`; selective metrics take
 `(scores [...], correct [...])`, detection metrics `(scores [...], positives [...])`; every

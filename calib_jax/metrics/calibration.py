@@ -1,4 +1,4 @@
-"""Calibration metrics of a classifier's probabilities (SPEC §2).
+"""Calibration metrics of a classifier's probabilities (docs/conventions.md#calibration-metrics).
 
 All functions take `probs [..., C]` (leading dims are flattened, e.g. segmentation pixels),
 integer `labels [...]` and an optional bool `mask [...]` selecting the valid entries. Results are

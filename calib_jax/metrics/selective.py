@@ -1,4 +1,4 @@
-"""Selective-classification metrics with tie-aware risk–coverage curves (SPEC §2).
+"""Tie-aware selective-classification metrics (docs/conventions.md#selective-classification).
 
 Inputs are `scores [...]` (higher = more confident), `correct [...]` (bool) and an optional bool
 `mask [...]`; leading dims are flattened. Samples are ranked by score, descending, and samples

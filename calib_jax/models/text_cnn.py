@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from calib_jax.models import layers
+from calib_jax.models import weights
 
 Array = layers.Array
 
@@ -113,7 +114,6 @@ def gpool_cnn(num_classes: int, *, vocab_size: int | None = None, embed_dim: int
       dropout_rate, train_embedding, dtype, axis_name).
   """
   if isinstance(embedding, (str, os.PathLike)):
-    from calib_jax.models import weights  # local import: weights imports this package
     embedding = weights.load_embedding(embedding)
   if embedding is not None:
     table = np.asarray(embedding)

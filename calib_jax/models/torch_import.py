@@ -28,6 +28,8 @@ import jax
 import numpy as np
 from flax import traverse_util
 
+from calib_jax.models import registry
+
 Path = str | os.PathLike
 StateDict = Mapping[str, Any]
 _MAX_LISTED = 20
@@ -50,9 +52,8 @@ def torch_layout(name: str) -> str | None:
 
 def torch_models() -> list[str]:
   """Registered models `import_torch` converts to: ResNets, patch-16 ViTs, DeepLabs."""
-  from calib_jax import models  # late: calib_jax.models imports this module
   kinds = ("resnet", "vit_", "deeplabv3_", "deeplabv3plus_")
-  supported = [n for n in models.names() if torch_layout(n)]
+  supported = [n for n in registry.names() if torch_layout(n)]
   return sorted(supported, key=lambda n: (next(i for i, k in enumerate(kinds) if n.startswith(k)),
                                           int(re.sub(r"\D", "", n) or 0), n))
 
@@ -204,7 +205,6 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
     ValueError: an unsupported model, or the state dict does not match the model: one message
       listing the missing tensors, the unused ones and the shape mismatches.
   """
-  from calib_jax import models  # late: calib_jax.models imports this module
   layout = torch_layout(name)
   if layout is None:
     raise ValueError(f"no PyTorch converter for model {name!r}; import_torch supports "
@@ -219,7 +219,7 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
     rules, head_key = _VIT_MODULES, "head.weight"
   file_classes = state[head_key].shape[0] if head_key in state else None
   keep_head = num_classes is None or num_classes == file_classes
-  model = models.get(name, num_classes or file_classes or 1, **dict(model_kwargs or {}))
+  model = registry.get(name, num_classes or file_classes or 1, **dict(model_kwargs or {}))
   image_size = getattr(model, "image_size", 64)  # a ResNet's tree is the same at any size
   num_heads = getattr(model, "num_heads", None)
   first_conv = state.get("conv1.weight", state.get("patch_embed.proj.weight"))

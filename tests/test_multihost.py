@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from calib_jax import data
+from calib_jax.experiment import data as experiment_data
 from calib_jax.training import checkpoint, loop, parallel
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
@@ -38,11 +39,12 @@ def _start(workdir, out, env_extra=None):
                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
 
 
-def _host_sharded_stream(config, start_step):
+def _host_sharded_stream(recipe, start_step, seed, **unused):
   """One process's training stream made of the two hosts' streams, host 0's half first."""
-  local = parallel.local_batch_size(config.data.batch_size) // 2
-  streams = [data.make_dataset(config.data.name, "train", batch_size=local, train=True,
-                               seed=config.seed, data_dir=config.data.dir,
+  config = recipe.config  # the `data` sub-config
+  local = parallel.local_batch_size(config.batch_size) // 2
+  streams = [data.make_dataset(config.name, "train", batch_size=local, train=True,
+                               seed=seed, data_dir=config.dir,
                                start_batch=start_step, process_index=i, process_count=2)
              for i in range(2)]
   for halves in zip(*streams):
@@ -80,7 +82,7 @@ def test_two_processes_train_like_one_and_resume_after_a_kill(tmp_path, monkeypa
   records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   assert [r["step"] for r in records] == [8, 16, 24]  # 8 before the kill, then the rest
   # 3) One process, 8 devices, the same global batches.
-  monkeypatch.setattr(loop, "open_train_stream", _host_sharded_stream)
+  monkeypatch.setattr(experiment_data.DataRecipe, "train_stream", _host_sharded_stream)
   reference = loop.train_and_evaluate(tiny_config(), str(tmp_path / "one_process"))
   flat = jax.tree_util.tree_flatten_with_path(jax.device_get(reference.params))[0]
   assert len(flat) == len(hosts[0])

@@ -184,11 +184,13 @@ def build(config: ml_collections.ConfigDict, *,
   recipe = model = data_recipe = None
   if meta is not None:
     data_recipe = DataRecipe(config.data, meta)
-    recipe = _from_registry(
-        problems, "model", config.model, models.names(),
-        lambda: weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta))
-    if recipe is not None:
-      model = _from_registry(problems, "model", config.model, models.names(), recipe.build)
+
+    def recipe_and_model():
+      made = weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta)
+      return made, made.build()
+
+    recipe, model = _from_registry(problems, "model", config.model, models.names(),
+                                   recipe_and_model) or (None, None)
     problems += data_recipe.option_problems()
     problems += checks.task_problems(config, meta)
   schema.raise_if_problems(problems)

@@ -1,0 +1,232 @@
+"""Compiles a config's train step and eval step for a topology, from abstract shapes.
+
+The train step is `step.make_train_step` jitted exactly as the training loop jits it (state
+replicated and donated, the global batch sharded over every chip of every process); the eval
+step is the model's prediction followed by the update of the evaluation's streaming metric
+accumulators (`evaluators.accumulators`, classwise bins and histogram included, as `eval.py`
+builds them). Neither reads data nor allocates weights: the state is `jax.eval_shape` of its
+initialisation, the batch `jax.ShapeDtypeStruct`s from the dataset registry (`shapes`).
+
+What the compiler reports per chip (`StepCompile`):
+
+* memory (`compiled.memory_analysis()`): arguments + temporaries + outputs - aliased (the
+  donated state) bytes, the HBM the step needs;
+* FLOPs and HBM bytes (`compiled.cost_analysis()` on TPU). The GPU compiler gives no cost
+  analysis without a GPU, so there FLOPs come from the unoptimised program (global, divided by
+  the devices: the optimised module hides cuBLAS/cuDNN calls' FLOPs) and bytes from the
+  optimised per-device module, both by XLA's HLO cost analysis (`_gpu_cost`).
+"""
+import dataclasses
+import re
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from calib_jax.dry_run import shapes
+from calib_jax.dry_run.topologies import Topology
+# The training code the dry run compiles, imported in one place.
+from calib_jax.training import builders, config_validation, evaluators, optim, parallel
+from calib_jax.training import step as step_lib
+
+_OOM = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) hbm")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class CompileError(ValueError):
+  """A step the target's compiler rejects (one line: the compiler's message and the op)."""
+
+
+@dataclasses.dataclass
+class StepCompile:
+  """What the compiler reports for one step, per chip.
+
+  Attributes:
+    fits: the step's memory fits in the chip's HBM.
+    per_chip_bytes: HBM the step needs (arguments + temporaries + outputs - aliased).
+    argument_bytes, temp_bytes, output_bytes, alias_bytes: `memory_analysis()`'s parts (None
+      when the TPU compiler stopped at running out of memory).
+    flops: floating-point operations per step.
+    bytes_accessed: HBM bytes read and written per step.
+    compile_seconds: wall time of lowering and compiling.
+  """
+  fits: bool
+  per_chip_bytes: int
+  argument_bytes: int | None = None
+  temp_bytes: int | None = None
+  output_bytes: int | None = None
+  alias_bytes: int | None = None
+  flops: float | None = None
+  bytes_accessed: float | None = None
+  compile_seconds: float = 0.0
+
+
+def _one_line(error: Exception) -> str:
+  """The compiler's message, shortened to its first informative line."""
+  lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+  line = next((l for l in lines if "rror" in l or "op" in l), lines[0] if lines else "")
+  return (line[:300] + "...") if len(line) > 300 else line
+
+
+def _cost(compiled, lowered, topology: Topology) -> tuple[float | None, float | None]:
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  if cost:
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+  return _gpu_cost(compiled, lowered, topology)
+
+
+def _gpu_cost(compiled, lowered, topology: Topology) -> tuple[float | None, float | None]:
+  """FLOPs of the unoptimised global program divided by the devices (the optimised module
+  calls cuBLAS/cuDNN, whose FLOPs XLA's cost analysis counts as 0), and HBM bytes of the
+  optimised per-device module (after fusion, which decides what is read and written).
+
+  XLA's HLO cost analysis is run by the CPU client: the GPU compiler reports none without a GPU.
+  """
+  from jax._src.lib import xla_client  # pylint: disable=import-outside-toplevel
+  analyse = xla_client._xla.hlo_module_cost_analysis  # pylint: disable=protected-access
+  client = jax.devices("cpu")[0].client
+  unoptimised = analyse(client, lowered.compiler_ir("hlo").as_hlo_module())
+  optimised = analyse(client, compiled.runtime_executable().hlo_modules()[0])
+  return (float(unoptimised["flops"]) / topology.num_devices,
+          float(optimised["bytes accessed"]))
+
+
+def compile_step(jitted: Callable, args: tuple, topology: Topology, name: str) -> StepCompile:
+  """Lowers and compiles `jitted(*args)` (abstract args) and reads memory and cost.
+
+  Running out of HBM is a result (`fits=False`, with the compiler's used bytes), not an error.
+
+  Raises:
+    CompileError: any other compiler failure, in one line.
+  """
+  start = time.monotonic()
+  lowered = jitted.lower(*args)
+  try:
+    compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except
+    text = str(e)
+    match = _OOM.search(text)
+    if match:
+      used = float(match.group(1)) * _UNITS[match.group(2)]
+      return StepCompile(fits=False, per_chip_bytes=int(used),
+                         compile_seconds=time.monotonic() - start)
+    raise CompileError(f"{topology.name}: the {name} step does not compile: "
+                       f"{_one_line(e)}") from None
+  seconds = time.monotonic() - start
+  memory = compiled.memory_analysis()
+  total = (memory.argument_size_in_bytes + memory.temp_size_in_bytes +
+           memory.output_size_in_bytes - memory.alias_size_in_bytes)
+  flops, bytes_accessed = _cost(compiled, lowered, topology)
+  return StepCompile(
+      fits=total <= topology.device.hbm_bytes, per_chip_bytes=int(total),
+      argument_bytes=int(memory.argument_size_in_bytes),
+      temp_bytes=int(memory.temp_size_in_bytes), output_bytes=int(memory.output_size_in_bytes),
+      alias_bytes=int(memory.alias_size_in_bytes), flops=flops, bytes_accessed=bytes_accessed,
+      compile_seconds=seconds)
+
+
+def check_batches(config: ml_collections.ConfigDict, topology: Topology) -> None:
+  """One-line ValueError when a global batch does not split evenly over the chips."""
+  for field in ("batch_size", "eval_batch_size"):
+    value = config.data[field]
+    if value <= 0 or value % topology.num_devices:
+      raise ValueError(f"data.{field}={value} does not divide over the {topology.num_devices} "
+                       f"devices of {topology.name}; use a multiple of {topology.num_devices}")
+
+
+def validate(config: ml_collections.ConfigDict, topology: Topology) -> None:
+  """The training loop's config checks for this topology, as one line."""
+  check_batches(config, topology)
+  try:
+    config_validation.validate(config, num_devices=topology.num_devices)
+  except config_validation.ConfigError as e:
+    problems = [l.strip(" -") for l in str(e).splitlines()[1:]] or [str(e)]
+    raise ValueError("invalid config: " + "; ".join(problems)) from None
+
+
+@dataclasses.dataclass
+class Program:
+  """What a config compiles to: the train and eval step, and the run's length."""
+  train: StepCompile
+  eval: StepCompile
+  num_train_examples: int
+  steps_per_epoch: int
+  total_steps: int
+
+
+def _abstract(tree: Any, sharding) -> Any:
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+def compile_config(config: ml_collections.ConfigDict, topology: Topology, *,
+                   num_train_examples: int | None = None,
+                   eval_step: bool = True) -> Program:
+  """Compiles the config's train step (and eval step) for `topology`.
+
+  Args:
+    config: a training config (`config.pretrained` is ignored: weights do not change the
+      program).
+    topology: the target (`topologies.get`).
+    num_train_examples: training-set size (default: `shapes.num_train_examples`).
+    eval_step: also compile the eval step (else `Program.eval` is None).
+
+  Raises:
+    ValueError: a batch that does not divide over the chips, an invalid config.
+    CompileError: a step the compiler rejects.
+  """
+  config = config.copy_and_resolve_references()
+  config.pretrained = None
+  validate(config, topology)
+  meta = builders.dataset_meta(config)
+  if num_train_examples is None:
+    num_train_examples = shapes.num_train_examples(config)
+  steps_per_epoch, total_steps = builders.resolve_length(config, num_train_examples)
+  mesh = parallel.make_mesh(topology.devices)
+  model = builders.build_model(config, meta)
+  schedule = optim.schedule_from_config(
+      config.schedule, base_lr=config.optimizer.learning_rate, total_steps=total_steps,
+      steps_per_epoch=steps_per_epoch)
+  tx = optim.optimizer_from_config(config.optimizer, schedule)
+  crl_num_examples = num_train_examples if config.crl_weight > 0 else 0
+  example = shapes.model_input(config)
+  example = jnp.zeros(example.shape, example.dtype)  # one example: model.init traces with it
+  state = builders.abstract_state(config, model, tx, example, mesh, crl_num_examples)
+  train_fn = step_lib.jit_train_step(
+      step_lib.make_train_step(model, builders.build_loss(config), tx, schedule,
+                               sam_rho=config.optimizer.sam_rho,
+                               crl_weight=config.crl_weight, steps_per_epoch=steps_per_epoch),
+      mesh)
+  batch_sharding = parallel.batch_sharded(mesh)
+  train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,
+                                      train=True)
+  train = compile_step(train_fn, (state, train_batch), topology, "train")
+  evaluation = None
+  if eval_step:
+    evaluation = compile_step(*_eval_program(config, model, meta, state, mesh), topology, "eval")
+  return Program(train=train, eval=evaluation, num_train_examples=num_train_examples,
+                 steps_per_epoch=steps_per_epoch, total_steps=total_steps)
+
+
+def _eval_program(config, model, meta, state, mesh) -> tuple[Callable, tuple]:
+  """The eval step (predict, then update the metric accumulators) and its abstract inputs."""
+  replicated = parallel.replicated(mesh)
+  accumulators = jax.eval_shape(lambda: evaluators.accumulators(
+      meta, config.eval.num_bins, classwise=True, histogram=True))
+
+  def eval_step(variables, acc, batch):
+    logits = model.apply(variables, step_lib.model_input(batch), train=False)
+    return acc.update(logits=logits.astype(jnp.float32), labels=batch["label"],
+                      mask=batch["mask"])
+
+  jitted = jax.jit(eval_step, in_shardings=(replicated, replicated,
+                                            parallel.batch_sharded(mesh)),
+                   out_shardings=replicated, donate_argnums=(1,))
+  batch = shapes.abstract_batch(config, config.data.eval_batch_size,
+                                parallel.batch_sharded(mesh), train=False)
+  variables = {k: v for k, v in {"params": state.params,
+                                 "batch_stats": state.batch_stats}.items() if v}
+  return jitted, (variables, _abstract(accumulators, replicated), batch)

@@ -31,7 +31,10 @@ from calib_jax.dry_run.topologies import Topology
 from calib_jax.training import builders, config_validation, evaluators, optim, parallel
 from calib_jax.training import step as step_lib
 
-_OOM = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) hbm")
+# libtpu's out-of-memory messages: "... required for HLO temporaries (16.04G) exceeds available
+# HBM (15.75G)" (temporaries only) or "Used 20.5G of 15.75G hbm" (everything).
+_OOM_TEMPORARIES = re.compile(r"\(([\d.]+)([KMGT]?)\) exceeds available HBM")
+_OOM_USED = re.compile(r"Used ([\d.]+)([KMGT]?) of [\d.]+[KMGT]? hbm")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -95,6 +98,28 @@ def _gpu_cost(compiled, lowered, topology: Topology) -> tuple[float | None, floa
           float(optimised["bytes accessed"]))
 
 
+def _argument_bytes(args: tuple, num_devices: int) -> int:
+  """Per-device bytes of abstract arguments (a sharded array holds 1/num_devices of itself)."""
+  total = 0
+  for leaf in jax.tree.leaves(args):
+    size = leaf.size * leaf.dtype.itemsize
+    sharded = any(axis is not None for axis in getattr(leaf.sharding, "spec", ()))
+    total += size // num_devices if sharded else size
+  return total
+
+
+def _oom_bytes(text: str, args: tuple, topology: Topology) -> int:
+  """Per-device bytes of a step that ran out of HBM, from libtpu's message: everything it
+  used, or its temporaries plus the arguments; the arguments alone if neither is there."""
+  used, temporaries = _OOM_USED.search(text), _OOM_TEMPORARIES.search(text)
+  if used:
+    return int(float(used.group(1)) * _UNITS[used.group(2)])
+  arguments = _argument_bytes(args, topology.num_devices)
+  if temporaries:
+    return arguments + int(float(temporaries.group(1)) * _UNITS[temporaries.group(2)])
+  return arguments
+
+
 def compile_step(jitted: Callable, args: tuple, topology: Topology, name: str) -> StepCompile:
   """Lowers and compiles `jitted(*args)` (abstract args) and reads memory and cost.
 
@@ -109,10 +134,8 @@ def compile_step(jitted: Callable, args: tuple, topology: Topology, name: str) -
     compiled = lowered.compile()
   except Exception as e:  # pylint: disable=broad-except
     text = str(e)
-    match = _OOM.search(text)
-    if match:
-      used = float(match.group(1)) * _UNITS[match.group(2)]
-      return StepCompile(fits=False, per_chip_bytes=int(used),
+    if "RESOURCE_EXHAUSTED" in text:
+      return StepCompile(fits=False, per_chip_bytes=_oom_bytes(text, args, topology),
                          compile_seconds=time.monotonic() - start)
     raise CompileError(f"{topology.name}: the {name} step does not compile: "
                        f"{_one_line(e)}") from None

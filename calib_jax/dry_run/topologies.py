@@ -11,6 +11,7 @@ Names:
   `gpu_targets.py`, with `JAX_PLATFORMS=cpu` on a machine without a GPU.
 """
 import dataclasses
+import os
 import re
 
 from calib_jax.dry_run import chips
@@ -85,6 +86,9 @@ def parse(name: str) -> tuple[chips.Chip, str]:
 
 
 def _tpu_devices(name: str) -> tuple:
+  # libtpu locks /tmp/libtpu_lockfile for the one process that may drive the TPU; compiling
+  # for a slice drives none, so dry runs (and parallel tests) may run side by side.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   try:
     import libtpu  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
   except ImportError:

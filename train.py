@@ -8,6 +8,9 @@ SIGTERM (a preemption notice) finishes the step in flight, saves it, prints one 
 with status 75 (EX_TEMPFAIL); see `calib_jax/training/preemption.py`.
 The console shows the progress bar and the validation results; library logs go to
 `<workdir>/log.txt` (`--verbosity=0` or `--alsologtostderr` shows them on stderr as well).
+
+Before renting a TPU slice or GPUs, `python -m calib_jax.dry_run --config=... --topology=v5e:2x4`
+compiles this config's steps for them and says whether they fit (docs/accelerators.md).
 """
 import sys
 

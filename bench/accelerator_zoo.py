@@ -51,6 +51,8 @@ TPU_ROWS = [
     ("voc2012_deeplabv3_resnet34.py", "v5e:2x4", {}),
 ]
 GPU_ROWS = [
+    ("imagenet_resnet50_acls.py", "a100:1", {"dtype": "bfloat16"}),
+    ("imagenet_resnet50_acls.py", "a100:1", {}),
     ("imagenet_resnet50_acls.py", "h100:8", {"dtype": "bfloat16"}),
     ("imagenet_resnet50_acls.py", "h100:1", {"dtype": "bfloat16"}),
     ("imagenet_vit_s16_sam.py", "h100:8", {}),

@@ -20,11 +20,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-$(TPU_STAMP): pyproject.toml
-	rm -f $(TPU_VENV)/.installed-*
+# .venv-tpu sees .venv's packages (a .pth line adds its site-packages; calib_jax is imported
+# from the working tree) and adds only libtpu, the one of the .[tpu] extra's `jax[tpu]` for
+# .venv's jax: about 30 s and 700 MB of download instead of a second full install.
+$(TPU_STAMP): $(STAMP)
+	rm -rf $(TPU_VENV)
 	$(PYTHON) -m venv $(TPU_VENV)
-	$(TPU_PY) -m pip install -q --upgrade pip
-	$(TPU_PY) -m pip install -q -e '.[test,tpu]'
+	echo "import site; site.addsitedir('$$($(PY) -c 'import site; print(site.getsitepackages()[0])')')" \
+	    > "$$($(TPU_PY) -c 'import site; print(site.getsitepackages()[0])')/calib_jax_main_venv.pth"
+	$(TPU_PY) -m pip install -q "jax[tpu]==$$($(PY) -c 'import jax; print(jax.__version__)')"
 	touch $@
 
 test: $(STAMP) $(TPU_STAMP)

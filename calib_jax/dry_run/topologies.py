@@ -112,6 +112,12 @@ def _gpu_devices(name: str, chip: chips.Chip, shape: str) -> tuple:
     raise MissingCompilerError(
         f"topology {name!r} needs the CUDA compiler plugin: pip install 'calib_jax[gpu]' "
         "(and run with JAX_PLATFORMS=cpu on a machine without a GPU)") from None
+  # Without a GPU, XLA cannot autotune, and its untuned Triton GEMM tiling fails on some dots
+  # of DeepLab and ViT ("Couldn't find output tile sizes that satisfy hlo"); matmuls go to
+  # cuBLAS instead (FLOPs are counted before this choice, see `compile._gpu_cost`).
+  if "xla_gpu_enable_triton_gemm" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_gpu_enable_triton_gemm=false").strip()
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
   target = gpu_targets.target_config(chip.name)
   return tuple(topologies.get_topology_desc(

@@ -130,3 +130,20 @@ def test_split_sizes_follow_tfds_slicing():
   assert shapes.split_size("cifar10", "test") == 10_000
   with pytest.raises(ValueError, match="--num_train_examples"):
     shapes.split_size("cifar10", "validation")
+
+
+def test_find_max_batch_bisects_to_the_largest_fitting_multiple_of_the_devices(monkeypatch):
+  probes = []
+
+  def fake_compile(config, topology, **_):  # fits up to 1000 examples per step
+    probes.append(config.data.batch_size)
+    fits = config.data.batch_size <= 1000
+    step = compile_lib.StepCompile(fits=fits, per_chip_bytes=0)
+    return compile_lib.Program(train=step, eval=None, num_train_examples=1, steps_per_epoch=1,
+                               total_steps=1)
+
+  monkeypatch.setattr(compile_lib, "compile_config", fake_compile)
+  topology = topologies.get("v5e:2x2")
+  assert api.largest_batch(small_config(batch=32), topology) == 1000  # 250 per device x 4
+  assert all(b % 4 == 0 for b in probes) and len(probes) < 20
+  assert api.largest_batch(small_config(batch=4000), topology) == 1000

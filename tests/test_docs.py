@@ -297,6 +297,10 @@ def _check_other_python(argv: list[str]) -> list[str]:
       return [f"no test file {a}" for a in args
               if a.endswith(".py") and not os.path.isfile(os.path.join(ROOT, a))]
     source = os.path.join(*module.split(".")) + ".py"
+    package_main = os.path.join(*module.split("."), "__main__.py")
+    if not os.path.isfile(os.path.join(ROOT, source)) and os.path.isfile(
+        os.path.join(ROOT, package_main)):
+      source = package_main  # `python -m package` runs its __main__
   else:
     source, args = argv[0], argv[1:]
   if not os.path.isfile(os.path.join(ROOT, source)):
@@ -307,6 +311,8 @@ def _check_other_python(argv: list[str]) -> list[str]:
       continue
     name = arg.split("=")[0]
     bare = name.lstrip("-")
+    if (bare == "config" or bare.startswith("config.")) and "cli_flags.define(" in text:
+      continue  # the shared --config flag of calib_jax.cli.flags
     defined = (f'"{name}"' in text or f"'{name}'" in text
                or re.search(rf"DEFINE_\w+\(\s*[\"']{re.escape(bare)}[\"']", text))
     if not defined:

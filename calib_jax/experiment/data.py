@@ -49,6 +49,12 @@ class DataRecipe:
     self._num_train_examples: int | None = None
     self._example: np.ndarray | None = None
 
+  def assume(self, *, num_train_examples: int, example_input: np.ndarray) -> None:
+    """Takes the training-set size and an example input as given instead of reading them
+    from the data: for compiling a config's programs without its data (`calib_jax.dry_run`)."""
+    self._num_train_examples = int(num_train_examples)
+    self._example = example_input
+
   def option_problems(self) -> list[str]:
     """Options the dataset's pipeline rejects: every split's, then the training split's (a
     problem is reported once)."""

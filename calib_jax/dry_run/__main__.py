@@ -1,0 +1,65 @@
+"""`python -m calib_jax.dry_run`: compile a config for a TPU slice or GPUs before paying for it.
+
+    python -m calib_jax.dry_run --config=configs/imagenet_resnet50_acls.py:acls \
+        --topology=v5e:4x4 [--config.dtype=bfloat16 ...] [--json=out.json] [--find_max_batch]
+
+Prints chips and hosts, the per-chip memory of the train and eval steps against the chip's HBM,
+FLOPs and bytes per step and a roofline estimate of the step, epoch and run time; `--json`
+writes the same as JSON (also when the step does not fit). Needs the target's compiler: the
+`.[tpu]` extra (libtpu) for TPU slices, the `.[gpu]` extra for GPUs. See docs/accelerators.md.
+"""
+import os
+import sys
+
+# A dry run compiles for the target only; JAX itself runs on the CPU (and must, for GPU
+# targets on a machine without a GPU).
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from calib_jax.dry_run import api  # pylint: disable=wrong-import-position
+from calib_jax.cli import flags as cli_flags  # pylint: disable=wrong-import-position
+
+TOPOLOGY = flags.DEFINE_string(
+    "topology", None, "Target: a TPU slice (v5e:2x2, v4:2x2x2, v5p:2x2x1, v6e:2x4) or GPUs "
+    "(h100:1, h100:8, h100:2x8, a100:8). See docs/accelerators.md.")
+JSON = flags.DEFINE_string("json", None, "Write the result as JSON here.")
+FIND_MAX_BATCH = flags.DEFINE_bool(
+    "find_max_batch", False, "Also find the largest global batch whose train step fits, by "
+    "bisection over multiples of the device count (one compile per probe).")
+NUM_TRAIN_EXAMPLES = flags.DEFINE_integer(
+    "num_train_examples", None, "Training-set size, for datasets or splits without a known "
+    "size (default: from the dataset registry's split sizes).")
+EVAL_STEP = flags.DEFINE_bool("eval_step", True, "Also compile the eval step.")
+
+
+def _config_name(argv: list[str]) -> str:
+  specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  return specs[-1] if specs else cli_flags.DEFAULT_CONFIG
+
+
+def main(argv: list[str]) -> None:
+  """Entry point: one line on stderr and status 1 for a mistake, else the summary."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not TOPOLOGY.value:
+    raise app.UsageError("--topology is required (e.g. --topology=v5e:2x2)")
+  try:
+    result = api.dry_run(cli_flags.config(), TOPOLOGY.value, config_name=_config_name(sys.argv),
+                         num_train_examples=NUM_TRAIN_EXAMPLES.value,
+                         eval_step=EVAL_STEP.value, find_max_batch=FIND_MAX_BATCH.value)
+  except (ValueError, api.MissingCompilerError) as e:
+    sys.exit(f"dry_run: {e}")
+  print(api.report.text(result), flush=True)
+  if JSON.value:
+    api.report.write_json(result, JSON.value)
+
+
+def run() -> None:
+  """The program: the shared --config flag, then `main` under absl."""
+  cli_flags.define(sys.argv)
+  app.run(main, flags_parser=cli_flags.parse_flags)
+
+
+if __name__ == "__main__":
+  run()

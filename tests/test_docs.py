@@ -6,7 +6,8 @@ that resolve.
   `configs/`. A block preceded by a `<!-- docs-test: skip <reason> -->` line does not run; the
   skips are counted, so a new one is a deliberate change of `EXPECTED_SKIPS`.
 * Every command line of the ```sh / ```bash / ```console blocks that runs `train.py`,
-  `eval.py`, a `bench/` script, `python -m calib_jax.<module>` or `make <target>` is checked
+  `eval.py`, a `bench/` script, `python -m calib_jax.<module>`, `python -m studies.<study>` or
+  `make <target>` is checked
   without running it: the script, module or target exists, every flag is one the program
   defines, `--config=file.py:variant` loads, each `--config.field=value` names a field of that
   config and takes its value, and the result passes `config_validation.validate` (files the
@@ -284,13 +285,16 @@ def _check_train_eval(script: str, args: list[str]) -> list[str]:
 
 
 def _check_other_python(argv: list[str]) -> list[str]:
-  """`python -m module ...`, `python bench/x.py ...`: the program exists and has the flags."""
+  """`python -m module ...`, `python bench/x.py ...`: the program exists and has the flags
+  (a package runs as its `__main__.py`)."""
   if argv[0] == "-m":
     module, args = argv[1], argv[2:]
     if module == "pytest":
       return [f"no test file {a}" for a in args
               if a.endswith(".py") and not os.path.isfile(os.path.join(ROOT, a))]
     source = os.path.join(*module.split(".")) + ".py"
+    if os.path.isdir(os.path.join(ROOT, *module.split("."))):
+      source = os.path.join(*module.split("."), "__main__.py")
   else:
     source, args = argv[0], argv[1:]
   if not os.path.isfile(os.path.join(ROOT, source)):

@@ -24,9 +24,9 @@ import io
 import os
 import time
 
+from absl import app, flags, logging
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import app, flags
 
 from calib_jax import data
 
@@ -92,6 +92,7 @@ def _throughput(make, batches: int, warmup: int = 3, after_epoch: bool = False) 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   d, which = _DATA_DIR.value, _WHICH.value
 
   configs = []

@@ -16,9 +16,9 @@ import random
 import statistics
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
-from absl import app, flags
 
 from calib_jax import losses, models
 from calib_jax.training import optim, state as state_lib, step as step_lib
@@ -56,6 +56,7 @@ def time_loss_alone(loss_fn, logits, labels, extra, calls: int = 50) -> float:
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   model_name, num_classes, batch_size = _MODEL.value, _NUM_CLASSES.value, _BATCH.value
   image_size, steps_per_timing, repeats = _IMAGE_SIZE.value, _STEPS.value, _REPEATS.value
   key = jax.random.key(0)

@@ -16,10 +16,10 @@ import platform
 import statistics
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
 
 from calib_jax import metrics
 
@@ -195,6 +195,7 @@ def _machine() -> str:
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   sizes_text, classes_text, repeats = _SIZES.value, _CLASSES.value, _REPEATS.value
   if _QUICK.value:
     sizes_text, classes_text, repeats = "1e4,1e5", "10,100", 1

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 _DEVICES = flags.DEFINE_string("devices", "1,2,4,8", "comma-separated fake CPU device counts")
 _BATCH = flags.DEFINE_integer("batch", 128, "global batch")
@@ -70,6 +70,7 @@ def measure(batch: int, steps: int, repeats: int) -> dict:
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   batch, steps, repeats = _BATCH.value, _STEPS.value, _REPEATS.value
   if _CHILD.value:
     print(json.dumps(measure(batch, steps, repeats)))

@@ -23,11 +23,11 @@ import statistics
 import sys
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags
 
 from calib_jax import models
 
@@ -231,6 +231,7 @@ def timed(run, steps):
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   names = [m for m in _MODELS.value.split(",") if m]
   for m in names:
     if m not in JAX_MODELS:

@@ -6,10 +6,10 @@ Conventions agree away from bin edges (torchmetrics' bins are [lo, hi), calib_ja
 the random probabilities avoid exact edges. Prints both values and exits non-zero on a mismatch.
 It lives here rather than in the test suite because torch is not a dependency of `make test`.
 """
+from absl import app, logging
 import numpy as np
 import torch
 import torch_uncertainty.metrics as tu
-from absl import app
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 from calib_jax import metrics
@@ -30,6 +30,7 @@ def random_predictions(n=2000, c=10, seed=0):
 def main(argv: list[str]) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   probs, labels = random_predictions()
   ours_ece = float(metrics.ece(probs, labels))
   theirs_ece = float(multiclass_calibration_error(

@@ -8,11 +8,11 @@ loads it, runs eval mode on a seeded input of batch 2 and stores the logits with
 
     python crosscheck/torch_reference_logits.py [--out tests/fixtures/torch_reference_logits.npz]
 """
+from absl import app, flags, logging
 import numpy as np
 import timm
 import torch
 import torchvision
-from absl import app, flags
 
 from calib_jax.models import torch_import
 
@@ -30,6 +30,7 @@ _OUT = flags.DEFINE_string("out", "tests/fixtures/torch_reference_logits.npz",
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   arrays = {"seed": np.array(SEED)}
   for name, (build, size) in MODELS.items():
     model = build().eval()

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SEEDS = flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds, one demo run each")
@@ -48,6 +48,7 @@ def mean_std(values: list[float]) -> str:
 def main(argv: list[str]) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   seeds = [int(s) for s in _SEEDS.value.split(",")]
   summaries, walls = [], []
   for seed in seeds:

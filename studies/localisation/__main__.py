@@ -22,7 +22,7 @@ prints numbers.
 import os
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from studies.compare.run import Results
 from studies.localisation.report import write_report
@@ -41,6 +41,7 @@ _SEG_STEPS = flags.DEFINE_integer("seg_steps", 600, "steps of the segmenter; 0: 
 def main(argv: list[str]) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   start = time.monotonic()
   losses = _LOSSES.value.split(",")
   runs: dict[str, list[Results]] = {}

@@ -11,7 +11,7 @@ TPU_PY := $(TPU_VENV)/bin/python
 TPU_STAMP := $(TPU_VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 GPU_VENV := .venv-gpu
 
-.PHONY: test demo bench compare localisation clean accelerators
+.PHONY: test demo bench crosscheck compare localisation clean accelerators
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -38,14 +38,16 @@ test: $(STAMP) $(TPU_STAMP)
 demo: $(STAMP)
 	$(PY) -m calib_jax.demo
 
-# The README's Results: every loss of configs/compare.py, 3 seeds, two datasets (~1 h on 2 cores).
+# The studies (studies/, run from here as `python -m studies.<name>`) write docs/results.
+# The README's Results: every loss of studies/compare/config.py, 3 seeds, two datasets (~1 h on
+# 2 cores).
 compare: $(STAMP)
-	$(PY) bench/compare_losses.py --out_dir=docs/results
+	$(PY) -m studies.compare --out_dir=docs/results
 
 # CAMs of CE / ALS / ALS + context on clutter_objects: localisation.md, the CAM grids and a
 # segmentation confidence-map figure in docs/results (~40 min on 2 cores).
 localisation: $(STAMP)
-	$(PY) bench/localisation.py --out_dir=docs/results
+	$(PY) -m studies.localisation --out_dir=docs/results
 
 clean:
 	rm -rf $(VENV) $(TPU_VENV) $(GPU_VENV) .pytest_cache
@@ -59,11 +61,15 @@ accelerators: $(TPU_STAMP)
 	$(GPU_VENV)/bin/python bench/accelerator_zoo.py --part=gpu
 	$(PY) bench/accelerator_zoo.py --part=render
 
+# ECE and AECE against torchmetrics and torch-uncertainty (the `bench` extra): the values the
+# speed benchmarks compare must agree first.
+crosscheck: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) crosscheck/torch_metrics.py
+
 # Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on); these are
 # the exact commands behind its tables (13 min on 2 idle cores).
-bench: $(STAMP)
-	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/crosscheck_torch.py
+bench: crosscheck
 	$(PY) bench/loss_overhead.py --repeats 9 --steps 3
 	$(PY) bench/metrics_speed.py --sizes 1e5,1e6,1e7 --classes 10 --baseline-cap-s 60
 	$(PY) bench/metrics_speed.py --sizes 1e5,3e5,1e6 --classes 1000 --baseline-cap-s 30 \

@@ -9,17 +9,24 @@ suggests (and for H100s), its table written into docs/accelerators.md.
 Each row's dry-run JSON is kept in docs/results/accelerators/ (a row whose JSON exists is not
 compiled again; --force recompiles), so the table can be rendered without the compilers.
 """
-import argparse
 import json
 import os
-import sys
 import time
 import traceback
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+
+from absl import app, flags  # pylint: disable=wrong-import-position
+
+_PART = flags.DEFINE_enum("part", None, ["tpu", "gpu", "render"],
+                          "Compile the TPU rows, the GPU rows, or render the table.")
+_JSON_DIR = flags.DEFINE_string("json_dir", os.path.join(ROOT, "docs/results/accelerators"),
+                                "Where each row's dry-run JSON is kept.")
+_OUT = flags.DEFINE_string("out", os.path.join(ROOT, "docs/accelerators.md"),
+                           "The Markdown file whose zoo section is rewritten.")
+_FORCE = flags.DEFINE_bool("force", False, "Recompile rows whose JSON exists.")
+
 
 # (config spec, topology, overrides): the recipe's own batch on the slice its paper's scale
 # suggests; the ImageNet, ViT and segmentation recipes in both dtypes. In order of interest:
@@ -93,15 +100,17 @@ def compile_rows(rows, json_dir: str, force: bool) -> None:
           f"{result.get('error', '')}", flush=True)
 
 
-if __name__ == "__main__":
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--part", choices=("tpu", "gpu", "render"), required=True)
-  parser.add_argument("--json_dir", default=os.path.join(ROOT, "docs/results/accelerators"))
-  parser.add_argument("--out", default=os.path.join(ROOT, "docs/accelerators.md"))
-  parser.add_argument("--force", action="store_true")
-  args = parser.parse_args()
-  if args.part == "render":
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if _PART.value is None:
+    raise app.UsageError("--part is required (tpu, gpu or render)")
+  if _PART.value == "render":
     from calib_jax.dry_run import zoo_table
-    zoo_table.write(args.json_dir, args.out, TPU_ROWS + GPU_ROWS, row_file)
+    zoo_table.write(_JSON_DIR.value, _OUT.value, TPU_ROWS + GPU_ROWS, row_file)
   else:
-    compile_rows(TPU_ROWS if args.part == "tpu" else GPU_ROWS, args.json_dir, args.force)
+    compile_rows(TPU_ROWS if _PART.value == "tpu" else GPU_ROWS, _JSON_DIR.value, _FORCE.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

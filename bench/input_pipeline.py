@@ -20,17 +20,23 @@ shuffle-buffer fill) are not timed.
 """
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import time
 
+from absl import app, flags, logging
 import numpy as np
 import tensorflow_datasets as tfds
 
 from calib_jax import data
 
 IMAGENET_LIKE_EXAMPLES = 768
+_BATCHES = flags.DEFINE_integer("batches", 30, "timed batches per run")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "runs of each configuration (fresh pipeline each)")
+_DATA_DIR = flags.DEFINE_string("data_dir", "/tmp/calib_bench_tfds",
+                                "where the generated datasets are prepared")
+_WHICH = flags.DEFINE_enum("which", "all", ["cifar", "imagenet", "cache", "all"],
+                           "which workloads to time")
 
 
 class BenchImagenetLike(tfds.core.GeneratorBasedBuilder):
@@ -83,17 +89,14 @@ def _throughput(make, batches: int, warmup: int = 3, after_epoch: bool = False) 
   return batches * size / (time.perf_counter() - start)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--batches", type=int, default=30)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--data_dir", default="/tmp/calib_bench_tfds")
-  parser.add_argument("--which", choices=("cifar", "imagenet", "cache", "all"), default="all")
-  args = parser.parse_args()
-  d = args.data_dir
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  d, which = _DATA_DIR.value, _WHICH.value
 
   configs = []
-  if args.which in ("cifar", "all"):
+  if which in ("cifar", "all"):
     common = dict(batch_size=256, train=True, data_dir=d)
     configs += [
         ("CIFAR-style 32x32: pad-4 crop + flip", "clutter_objects",
@@ -104,7 +107,7 @@ def main() -> None:
         ("CIFAR-style 32x32: + mask variant", "clutter_objects",
          dict(common, mask_variant=True, context_rate=0.15)),
     ]
-  if args.which in ("cache", "all"):
+  if which in ("cache", "all"):
     # Epochs after the first, with and without the training stream's caches (`data.caching`).
     common = dict(batch_size=256, train=True, data_dir=d)
     augmented = dict(common, crop="pad", flip=True)
@@ -119,7 +122,7 @@ def main() -> None:
         ("CIFAR-style 32x32, no augmentation, after epoch 1: cache='processed'",
          "clutter_objects", dict(plain, cache="processed"), True),
     ]
-  if args.which in ("imagenet", "all"):
+  if which in ("imagenet", "all"):
     tfds.builder("bench_imagenet_like", data_dir=d).download_and_prepare()
     common = dict(batch_size=64, train=True, data_dir=d, tfds_name="bench_imagenet_like",
                   shuffle_buffer=256)
@@ -136,11 +139,11 @@ def main() -> None:
   for label, name, kw, *after_epoch in configs:
     def make(name=name, kw=kw):
       return data.make_dataset(name, "train[:100%]", process_index=0, process_count=1, **kw)
-    rates = [_throughput(make, args.batches, after_epoch=bool(after_epoch))
-             for _ in range(args.repeats)]
+    rates = [_throughput(make, _BATCHES.value, after_epoch=bool(after_epoch))
+             for _ in range(_REPEATS.value)]
     print(f"| {label} | {kw['batch_size']} | {max(rates):,.0f} | {np.median(rates):,.0f} |",
           flush=True)
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

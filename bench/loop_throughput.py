@@ -10,16 +10,18 @@ TensorBoard), timed from its own `steps_per_sec` records after the first logging
 (which includes compilation). Prints the median of `--repeats` runs of each and their ratio;
 the goal of the redesign is loop >= 90 % of bare. Not a test: it prints numbers.
 """
-import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
+from absl import app, flags, logging
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "fashion_mnist_mlp.py") + ":ce"
+_STEPS = flags.DEFINE_integer("steps", 1500, "training steps per run")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "runs of each (bare, loop), interleaved")
 
 
 def _config(steps: int):
@@ -69,23 +71,20 @@ def loop_rate(steps: int) -> float:
   return statistics.median(rates)
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--steps", type=int, default=1500)
-  parser.add_argument("--repeats", type=int, default=3)
-  args = parser.parse_args(argv)
-  from absl import logging
+def main(argv: list[str]) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.WARNING)
   results = {"bare": [], "loop": []}
-  for _ in range(args.repeats):  # interleaved, so drifting machine load hits both alike
-    results["bare"].append(bare_rate(args.steps))
-    results["loop"].append(loop_rate(args.steps))
+  for _ in range(_REPEATS.value):  # interleaved, so drifting machine load hits both alike
+    results["bare"].append(bare_rate(_STEPS.value))
+    results["loop"].append(loop_rate(_STEPS.value))
   bare, whole = (statistics.median(results[k]) for k in ("bare", "loop"))
   print(json.dumps({k: [round(v, 1) for v in vs] for k, vs in results.items()}))
   print(f"bare step {bare:.1f} steps/s, whole loop {whole:.1f} steps/s: "
-        f"loop = {100 * whole / bare:.0f} % of bare (median of {args.repeats})")
+        f"loop = {100 * whole / bare:.0f} % of bare (median of {_REPEATS.value})")
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  app.run(main)

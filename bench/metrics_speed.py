@@ -11,12 +11,12 @@ the memory-bound floor for any metric that must look at every probability.
 Sizes whose probability array exceeds --max-gb are skipped (1e7 x 1000 floats is 40 GB), and
 the torch libraries are skipped above --torch-max-gb (they make several copies of the array).
 """
-import argparse
 import os
 import platform
 import statistics
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +24,22 @@ import numpy as np
 from calib_jax import metrics
 
 NUM_BINS = 15
+_SIZES = flags.DEFINE_string("sizes", "1e5,1e6,1e7", "comma-separated sample counts N")
+_CLASSES = flags.DEFINE_string("classes", "10,1000", "comma-separated class counts C")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "timed runs after the warm-up (median)")
+_MAX_GB = flags.DEFINE_float("max-gb", 4.5,
+                             "skip (N, C) whose float32 probabilities exceed this")
+_TORCH_MAX_GB = flags.DEFINE_float("torch-max-gb", 1.2, "skip the torch libraries above this")
+_NUMPY_MAX_GB = flags.DEFINE_float("numpy-max-gb", 1.2, "numpy's classwise ECE makes int32 "
+                                   "copies of the whole array")
+_BASELINE_CAP_S = flags.DEFINE_float("baseline-cap-s", 60.0, "skip a baseline at larger N "
+                                     "once it took longer than this")
+_SKIP = flags.DEFINE_string("skip", "", "comma-separated baselines to leave out, e.g. "
+                            "'torch-uncertainty classwise'")
+_NO_TORCH = flags.DEFINE_boolean("no-torch", False, "leave out torchmetrics and "
+                                 "torch-uncertainty")
+_NO_NUMPY = flags.DEFINE_boolean("no-numpy", False, "leave out the numpy baselines")
+_QUICK = flags.DEFINE_boolean("quick", False, "N=1e4,1e5; C=10,100; 1 repeat")
 
 
 def _probs(n: int, c: int, seed: int = 0):
@@ -176,73 +192,59 @@ def _machine() -> str:
           f"1-min load average at start {load:.1f}")
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--sizes", default="1e5,1e6,1e7")
-  parser.add_argument("--classes", default="10,1000")
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--max-gb", type=float, default=4.5,
-                      help="skip (N, C) whose float32 probabilities exceed this")
-  parser.add_argument("--torch-max-gb", type=float, default=1.2)
-  parser.add_argument("--numpy-max-gb", type=float, default=1.2,
-                      help="numpy's classwise ECE makes int32 copies of the whole array")
-  parser.add_argument("--baseline-cap-s", type=float, default=60.0,
-                      help="skip a baseline at larger N once it took longer than this")
-  parser.add_argument("--skip", default="",
-                      help="comma-separated baselines to leave out, e.g. 'torch-uncertainty "
-                           "classwise'")
-  parser.add_argument("--no-torch", action="store_true")
-  parser.add_argument("--no-numpy", action="store_true")
-  parser.add_argument("--quick", action="store_true", help="N=1e4,1e5; C=10,100; 1 repeat")
-  args = parser.parse_args()
-  if args.quick:
-    args.sizes, args.classes, args.repeats = "1e4,1e5", "10,100", 1
-  sizes = [int(float(s)) for s in args.sizes.split(",")]
-  classes = [int(c) for c in args.classes.split(",")]
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  sizes_text, classes_text, repeats = _SIZES.value, _CLASSES.value, _REPEATS.value
+  if _QUICK.value:
+    sizes_text, classes_text, repeats = "1e4,1e5", "10,100", 1
+  sizes = [int(float(s)) for s in sizes_text.split(",")]
+  classes = [int(c) for c in classes_text.split(",")]
+  max_gb, baseline_cap_s = _MAX_GB.value, _BASELINE_CAP_S.value
   print(f"machine: {_machine()}")
   too_slow = {}  # baseline name -> (seconds, N) of the run that exceeded --baseline-cap-s
-  for name in filter(None, (x.strip() for x in args.skip.split(","))):
+  for name in filter(None, (x.strip() for x in _SKIP.value.split(","))):
     too_slow[name] = (float("nan"), float("nan"))
   print("| C | N | GB | " + "method | seconds | note |")
   print("|---|---|---|---|---|---|")
   for c in classes:
     for n in sizes:
       gb = n * c * 4 / 1e9
-      if gb > args.max_gb:
-        print(f"| {c} | {n:.0e} | {gb:.1f} | all | – | skipped: over --max-gb {args.max_gb} |")
+      if gb > max_gb:
+        print(f"| {c} | {n:.0e} | {gb:.1f} | all | – | skipped: over --max-gb {max_gb} |")
         continue
       p_np, y_np = _probs(n, c)
       p, y = jnp.asarray(p_np), jnp.asarray(y_np.astype(np.int32))
       rows = []
-      read = _time(lambda f=jax.jit(jnp.sum): f(p), args.repeats)
+      read = _time(lambda f=jax.jit(jnp.sum): f(p), repeats)
       rows.append(("read (XLA sum of probs)", read, "memory-bound floor"))
       for name, fn in _jax_fns(p, y).items():
-        t = _time(fn, args.repeats)
+        t = _time(fn, repeats)
         rows.append((name, t, f"{t / read:.1f}x read"))
       jax_times = {name.split(" ", 1)[1]: t for name, t, _ in rows if name.startswith("calib_jax")}
-      if not args.no_numpy and gb <= args.numpy_max_gb:
+      if not _NO_NUMPY.value and gb <= _NUMPY_MAX_GB.value:
         for name, fn in (("ece", np_ece), ("aece", np_aece), ("classwise", np_classwise),
                          ("aurc", np_aurc)):
           label = f"numpy {name}"
           if label in too_slow:
             rows.append((label, float("nan"), _skip_note(*too_slow[label])))
             continue
-          t = _time(lambda fn=fn: fn(p_np, y_np), args.repeats, compiled=False)
-          if t > args.baseline_cap_s:
+          t = _time(lambda fn=fn: fn(p_np, y_np), repeats, compiled=False)
+          if t > baseline_cap_s:
             too_slow[label] = (t, n)
           rows.append((label, t, f"calib_jax {t / jax_times[name]:.1f}x faster"))
-      if not args.no_torch and gb <= args.torch_max_gb:
+      if not _NO_TORCH.value and gb <= _TORCH_MAX_GB.value:
         for name, fn in _torch_fns(p_np, y_np, c).items():
           if name in too_slow:
             rows.append((name, float("nan"), _skip_note(*too_slow[name])))
             continue
-          t = _time(fn, args.repeats, compiled=False)
-          if t > args.baseline_cap_s:
+          t = _time(fn, repeats, compiled=False)
+          if t > baseline_cap_s:
             too_slow[name] = (t, n)
           metric = name.rsplit(" ", 1)[1]
           rows.append((name, t, f"calib_jax {t / jax_times[metric]:.1f}x faster"))
-      elif not args.no_torch:
+      elif not _NO_TORCH.value:
         rows.append(("torch libraries", float("nan"), "skipped: over --torch-max-gb"))
       for name, t, note in rows:
         print(f"| {c} | {n:.0e} | {gb:.2f} | {name} | {t:.4f} | {note} |", flush=True)
@@ -250,4 +252,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -11,13 +11,21 @@ Not a test: it prints numbers.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from absl import app, flags, logging
+
+_DEVICES = flags.DEFINE_string("devices", "1,2,4,8", "comma-separated fake CPU device counts")
+_BATCH = flags.DEFINE_integer("batch", 128, "global batch")
+_STEPS = flags.DEFINE_integer("steps", 5, "timed steps per repeat")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "timed repeats (the median is reported)")
+_CHILD = flags.DEFINE_boolean("child", False, "internal: measure in this process (the device "
+                              "count is already fixed) and print one JSON line")
 
 
 def measure(batch: int, steps: int, repeats: int) -> dict:
@@ -59,29 +67,26 @@ def measure(batch: int, steps: int, repeats: int) -> dict:
           "compile_s": compile_s}
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--devices", default="1,2,4,8")
-  parser.add_argument("--batch", type=int, default=128, help="global batch")
-  parser.add_argument("--steps", type=int, default=5)
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.child:
-    print(json.dumps(measure(args.batch, args.steps, args.repeats)))
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  batch, steps, repeats = _BATCH.value, _STEPS.value, _REPEATS.value
+  if _CHILD.value:
+    print(json.dumps(measure(batch, steps, repeats)))
     return
 
   rows = []
-  for count in (int(n) for n in args.devices.split(",")):
+  for count in (int(n) for n in _DEVICES.value.split(",")):
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run([sys.executable, __file__, "--child", "--batch", str(args.batch),
-                          "--steps", str(args.steps), "--repeats", str(args.repeats)],
+    out = subprocess.run([sys.executable, __file__, "--child", "--batch", str(batch),
+                          "--steps", str(steps), "--repeats", str(repeats)],
                          env=env, check=True, capture_output=True, text=True).stdout
     rows.append(json.loads(out.strip().splitlines()[-1]))
   base = rows[0]["examples_per_s"]
-  print(f"small_cnn, global batch {args.batch}x32x32x3, SGD step, fake CPU devices on "
-        f"{os.cpu_count()} cores, median of {args.repeats}x{args.steps} steps")
+  print(f"small_cnn, global batch {batch}x32x32x3, SGD step, fake CPU devices on "
+        f"{os.cpu_count()} cores, median of {repeats}x{steps} steps")
   print(f"{'devices':>8}{'ms/step':>10}{'examples/s':>12}{'vs 1 device':>13}{'compile s':>11}")
   for row in rows:
     print(f"{row['devices']:>8}{row['step_s'] * 1e3:>10.1f}{row['examples_per_s']:>12.0f}"
@@ -89,4 +94,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

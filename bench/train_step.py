@@ -15,7 +15,6 @@ call (JAX: compilation, reported separately) and `--warmup` untimed steps.
 
 Needs torch (the `bench` extra) for the PyTorch column; without it only JAX is measured.
 """
-import argparse
 import functools
 import json
 import os
@@ -24,6 +23,7 @@ import statistics
 import sys
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,6 +37,24 @@ JAX_MODELS = {
 }
 # model -> default (timed steps per repeat, repeats, warm-up steps)
 DEFAULTS = {"resnet20": (5, 3, 1), "resnet50": (1, 2, 0)}
+
+_MODELS = flags.DEFINE_string("models", "resnet20,resnet50",
+                              "comma-separated subset of " + ",".join(JAX_MODELS))
+_FRAMEWORKS = flags.DEFINE_string("frameworks", "jax,torch", "comma-separated: jax, torch")
+_BATCH = flags.DEFINE_integer("batch", 128, "batch size")
+_STEPS = flags.DEFINE_integer("steps", None,
+                              "timed steps per repeat (default: resnet20 5, resnet50 1)")
+_REPEATS = flags.DEFINE_integer("repeats", None, "timed repeats, JAX and torch alternating "
+                                "(default: resnet20 3, resnet50 2)")
+_WARMUP = flags.DEFINE_integer("warmup", None, "untimed steps after the first call (default: "
+                               "resnet20 1, resnet50 0)")
+_JAX_DTYPE = flags.DEFINE_enum("jax-dtype", "float32", ["float32", "bfloat16"],
+                               "dtype of the JAX model's computation")
+_THREADS = flags.DEFINE_integer("threads", os.cpu_count(),
+                                "torch intra-op threads (XLA uses all cores)")
+_TORCH_CHANNELS_LAST = flags.DEFINE_boolean("torch-channels-last", False,
+                                            "run the torch model in channels-last memory format")
+_JSON = flags.DEFINE_string("json", None, "also write the results to this file")
 
 
 # ----------------------------------------------------------------------------- JAX
@@ -210,31 +228,17 @@ def timed(run, steps):
 
 # ----------------------------------------------------------------------------- main
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--models", default="resnet20,resnet50",
-                      help="comma-separated subset of " + ",".join(JAX_MODELS))
-  parser.add_argument("--frameworks", default="jax,torch")
-  parser.add_argument("--batch", type=int, default=128)
-  parser.add_argument("--steps", type=int, default=None,
-                      help="timed steps per repeat (default: resnet20 5, resnet50 1)")
-  parser.add_argument("--repeats", type=int, default=None,
-                      help="timed repeats, JAX and torch alternating (default: resnet20 3, "
-                           "resnet50 2)")
-  parser.add_argument("--warmup", type=int, default=None,
-                      help="untimed steps after the first call (default: resnet20 1, resnet50 0)")
-  parser.add_argument("--jax-dtype", default="float32", choices=("float32", "bfloat16"))
-  parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                      help="torch intra-op threads (XLA uses all cores)")
-  parser.add_argument("--torch-channels-last", action="store_true")
-  parser.add_argument("--json", default=None, help="also write the results to this file")
-  args = parser.parse_args(argv)
-
-  names = [m for m in args.models.split(",") if m]
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  names = [m for m in _MODELS.value.split(",") if m]
   for m in names:
     if m not in JAX_MODELS:
-      parser.error(f"unknown model {m!r}; choose from {sorted(JAX_MODELS)}")
-  frameworks = [f for f in ("jax", "torch") if f in args.frameworks.split(",")]
+      raise app.UsageError(f"unknown model {m!r}; choose from {sorted(JAX_MODELS)}")
+  frameworks = [f for f in ("jax", "torch") if f in _FRAMEWORKS.value.split(",")]
+  batch, jax_dtype, threads = _BATCH.value, _JAX_DTYPE.value, _THREADS.value
+  channels_last = _TORCH_CHANNELS_LAST.value
   if "torch" in frameworks:
     try:
       import torch  # noqa: F401
@@ -249,19 +253,19 @@ def main(argv=None):
   results = []
   for name in names:
     steps, repeats, warmup = (default if given is None else given for given, default in
-                              zip((args.steps, args.repeats, args.warmup), DEFAULTS[name]))
-    row = {"model": name, "batch": args.batch, "steps": steps, "repeats": repeats,
+                              zip((_STEPS.value, _REPEATS.value, _WARMUP.value), DEFAULTS[name]))
+    row = {"model": name, "batch": batch, "steps": steps, "repeats": repeats,
            "load_before": os.getloadavg()[0]}
     runners = {}
     if "jax" in frameworks:
-      run, first, count = jax_runner(name, args.batch, getattr(jnp, args.jax_dtype))
+      run, first, count = jax_runner(name, batch, getattr(jnp, jax_dtype))
       runners["jax"] = run
-      row.update(jax_first_call_s=first, jax_params=count, jax_dtype=args.jax_dtype)
+      row.update(jax_first_call_s=first, jax_params=count, jax_dtype=jax_dtype)
     if "torch" in frameworks:
-      run, first, count = torch_runner(name, args.batch, args.threads, args.torch_channels_last)
+      run, first, count = torch_runner(name, batch, threads, channels_last)
       runners["torch"] = run
-      row.update(torch_first_call_s=first, torch_params=count, torch_threads=args.threads,
-                 torch_channels_last=args.torch_channels_last)
+      row.update(torch_first_call_s=first, torch_params=count, torch_threads=threads,
+                 torch_channels_last=channels_last)
     if len(runners) == 2 and row["jax_params"] != row["torch_params"]:
       raise RuntimeError(f"{name}: JAX has {row['jax_params']} parameters, torch "
                          f"{row['torch_params']}; the models are not equivalent")
@@ -277,8 +281,8 @@ def main(argv=None):
     for fw, runs in timings.items():
       median = statistics.median(runs)
       row[f"{fw}_s"], row[f"{fw}_runs"] = median, runs
-      label = f"{fw} ({args.jax_dtype if fw == 'jax' else 'float32'})"
-      print(f"{name:9s} {label:17s}: {median * 1e3:9.1f} ms/step ({args.batch / median:7.1f} "
+      label = f"{fw} ({jax_dtype if fw == 'jax' else 'float32'})"
+      print(f"{name:9s} {label:17s}: {median * 1e3:9.1f} ms/step ({batch / median:7.1f} "
             f"img/s)  first call {row[f'{fw}_first_call_s']:.1f} s  runs "
             f"{[round(t * 1e3, 1) for t in runs]}", flush=True)
     if len(runners) == 2:
@@ -287,11 +291,10 @@ def main(argv=None):
             f"{row['jax_over_torch']:.2f}  (load average {row['load_before']:.1f} -> "
             f"{row['load_after']:.1f})", flush=True)
     results.append(row)
-  if args.json:
-    with open(args.json, "w") as f:
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
       json.dump(results, f, indent=1)
-  return results
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -1,27 +1,13 @@
-"""The loss-comparison report (bench/compare_losses.py) on made-up run results: aggregation,
-paired claim verdicts, the Markdown report and the side-by-side reliability figure."""
-import importlib.util
+"""The loss-comparison report (studies/compare) on made-up run results: aggregation, paired
+claim verdicts, the Markdown report and the side-by-side reliability figure."""
 import os
-import sys
 
 import numpy as np
 import pytest
 
-from calib_jax.evaluation import report, run as evaluation
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load_script():
-  spec = importlib.util.spec_from_file_location(
-      "compare_losses", os.path.join(ROOT, "bench", "compare_losses.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses resolve their module by name
-  spec.loader.exec_module(module)
-  return module
-
-
-compare = _load_script()
+from calib_jax.evaluation import report, run as evaluate
+from studies.compare import report as compare
+from studies.compare.run import run_dir
 
 
 def fake_results(seed, ece, accuracy=0.9, msp_aurc=0.05, pnorm_aurc=0.04, pnorm=2.0,
@@ -88,7 +74,7 @@ def test_report_writes_tables_claims_and_the_reliability_figure(tmp_path):
   workdir, out_dir = str(tmp_path / "work"), str(tmp_path / "out")
   rng = np.random.default_rng(0)
   for loss in compare.RELIABILITY_LOSSES:
-    eval_dir = evaluation.eval_dir(compare.run_dir(workdir, "clutter_objects", loss, 0), "test")
+    eval_dir = evaluate.eval_dir(run_dir(workdir, "clutter_objects", loss, 0), "test")
     os.makedirs(eval_dir)
     probs = rng.dirichlet(np.ones(10), size=50).astype(np.float32)
     np.savez(os.path.join(eval_dir, report.PREDICTIONS_FILE), probs_pre=probs,
@@ -97,7 +83,7 @@ def test_report_writes_tables_claims_and_the_reliability_figure(tmp_path):
           for loss, ece, conf in (("ce", 0.2, 0.6), ("mbls", 0.1, 0.5), ("acls", 0.05, 0.5),
                                   ("als_context", 0.1, 0.15))}
   text = compare.write_report(workdir, out_dir, {"clutter_objects": runs}, [0],
-                              "python bench/compare_losses.py")
+                              "python -m studies.compare")
   assert open(os.path.join(out_dir, "results.md")).read() == text
   assert "| ALS + context |" in text
   assert "Context-only test images" in text

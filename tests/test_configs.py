@@ -1,4 +1,5 @@
-"""Every config in configs/ loads with each of its variants and resolves against the registries."""
+"""Every config in configs/ (and each study's, studies/*/config.py) loads with each of its variants
+and resolves against the registries."""
 import glob
 import os
 
@@ -11,9 +12,11 @@ from calib_jax import experiment
 from calib_jax import config as config_lib
 from calib_jax.config import variants
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-CONFIG_FILES = sorted(f for f in glob.glob(os.path.join(CONFIG_DIR, "*.py"))
-                      if not os.path.basename(f).startswith("_"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(ROOT, "configs")
+CONFIG_FILES = (sorted(f for f in glob.glob(os.path.join(CONFIG_DIR, "*.py"))
+                       if not os.path.basename(f).startswith("_"))
+                + sorted(glob.glob(os.path.join(ROOT, "studies", "*", "config.py"))))
 
 
 def _module(path):
@@ -22,6 +25,10 @@ def _module(path):
 
 def _variants(path):
   return tuple(_module(path).VARIANTS)
+
+
+def _name(path):
+  return os.path.relpath(path, ROOT)
 
 
 def test_there_is_a_config_per_paper_setting():
@@ -34,9 +41,11 @@ def test_there_is_a_config_per_paper_setting():
               "cityscapes_deeplabv3plus_resnet101", "imagenet_boxes_resnet50_als",
               "imagenet_boxes_resnet101_als"}
   assert expected <= names
+  assert {"studies/compare/config.py", "studies/lr_table1/config.py"} <= set(map(_name,
+                                                                                CONFIG_FILES))
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.basename(p))
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=_name)
 def test_config_builds_for_every_variant(path):
   module = _module(path)
   if not path.endswith("default.py"):
@@ -75,7 +84,7 @@ def test_model_accepts_dataset_input_and_outputs_its_classes(name):
   assert logits.shape == expected and logits.dtype == jnp.float32
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.basename(p))
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=_name)
 def test_margin_follows_the_papers(path):
   """MbLS and ACLS use m = 6 on CIFAR-10 and 20 Newsgroups and m = 10 elsewhere."""
   for variant in ("mbls", "acls"):
@@ -98,7 +107,7 @@ def test_smoothing_level_variants():
     variants.smoothing_variants((0.1, 1.5))
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.basename(p))
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=_name)
 def test_every_variant_is_its_files_default_plus_its_overrides(path):
   """One variant mechanism: `VARIANTS` maps each name to dotted overrides, and the variant's
   config is the file's recipe with exactly those fields changed."""

@@ -6,7 +6,8 @@ that resolve.
   `configs/`. A block preceded by a `<!-- docs-test: skip <reason> -->` line does not run; the
   skips are counted, so a new one is a deliberate change of `EXPECTED_SKIPS`.
 * Every command line of the ```sh / ```bash / ```console blocks that runs `train.py`,
-  `eval.py`, a `bench/` script, `python -m calib_jax.<module>` or `make <target>` is checked
+  `eval.py`, a `bench/` script, `python -m calib_jax.<module>`, `python -m studies.<study>` or
+  `make <target>` is checked
   without running it: the script, module or target exists, every flag is one the program
   defines, `--config=file.py:variant` loads, each `--config.field=value` names a field of that
   config and takes its value, and the result passes `experiment.build` (files the

@@ -1,21 +1,5 @@
-"""The localisation report (bench/localisation.py) on made-up run results."""
-import importlib.util
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load_script():
-  spec = importlib.util.spec_from_file_location(
-      "localisation", os.path.join(ROOT, "bench", "localisation.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-bench = _load_script()
+"""The localisation report (studies/localisation) on made-up run results."""
+from studies.localisation import report
 
 
 def fake(seed, pointing, energy):
@@ -27,14 +11,14 @@ def fake(seed, pointing, energy):
 
 def test_table_gives_mean_and_sample_std_over_seeds():
   runs = {"ce": [fake(0, 0.5, 0.3), fake(1, 0.7, 0.5)]}
-  row = bench.table(runs).splitlines()[2]
+  row = report.table(runs).splitlines()[2]
   assert row.startswith("| CE | 2 | 0.400 ± 0.000 | 0.100 ± 0.000 | 0.600 ± 0.141 | 0.400 ± 0.141")
 
 
 def test_claims_pair_seeds_and_count_where_als_wins():
   runs = {"ce": [fake(0, 0.5, 0.3), fake(1, 0.7, 0.5)],
           "als": [fake(1, 0.6, 0.6), fake(0, 0.6, 0.2)]}
-  lines = bench.claims(runs).splitlines()
+  lines = report.claims(runs).splitlines()
   assert lines[2] == "| ALS > CE, pointing game (Grad-CAM) | -0.100, +0.100 | 1/2 seeds |"
   assert lines[3] == "| ALS > CE, energy in box (Grad-CAM) | +0.100, -0.100 | 1/2 seeds |"
   assert len(lines) == 4  # no ALS + context runs: no rows for it

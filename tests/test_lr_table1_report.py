@@ -1,57 +1,51 @@
-"""bench/lr_table1.py's bookkeeping on stand-in summaries: selection, run plan, report."""
-import importlib
-import importlib.util
+"""The LR Table 1 study's bookkeeping (studies/lr_table1) on stand-in summaries: selection, run
+plan, report."""
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
+
+from studies.lr_table1 import claims, config as study_config, report, run, summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def study():
-  spec = importlib.util.spec_from_file_location("lr_table1", os.path.join(ROOT, "bench",
-                                                                         "lr_table1.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def _write(out_dir, study, variant, seed, folder=None, **values):
-  path = study.summary_path(str(out_dir), variant, seed, folder or study.SUMMARY_FOLDER)
+def _write(out_dir, variant, seed, folder=None, **values):
+  path = summaries.summary_path(str(out_dir), variant, seed, folder or summaries.SUMMARY_FOLDER)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
     json.dump({"seconds": 1.0, **values}, f)
 
 
-def test_selection_plan_and_report(study, tmp_path):
-  grid = study.study_module().GRIDS["lr"][1]
+def test_selection_plan_and_report(tmp_path):
+  grid = study_config.GRIDS["lr"][1]
   for value in grid:  # accuracy peaks at 0.1, ECE is lowest at 0.3; 0.4 diverged
     if value == 0.4:
-      _write(tmp_path, study, f"tune,lr,{value:g}", 0, diverged="Non-finite at step 3")
+      _write(tmp_path, f"tune,lr,{value:g}", 0, diverged="Non-finite at step 3")
       continue
-    _write(tmp_path, study, f"tune,lr,{value:g}", 0, accuracy=0.95 - abs(value - 0.1),
+    _write(tmp_path, f"tune,lr,{value:g}", 0, accuracy=0.95 - abs(value - 0.1),
            ece=0.01 + abs(value - 0.3))
-  rows = study.final_rows(str(tmp_path))
+  rows = summaries.final_rows(str(tmp_path))
   assert ("lr", "final,lr,0.1", "acc") in rows and ("lr", "final,lr,0.3", "ece") in rows
-  plan = study.plan(str(tmp_path), [0, 1, 2])
+  plan = run.plan(str(tmp_path), [0, 1, 2])
   assert ("tune,lr,0.1", 0) not in plan and ("tune,ls,0.01", 0) in plan
   assert plan.index(("tune,ls,0.4", 0)) < plan.index(("final,ce", 0))  # LR and LS tuning first
   assert ("final,lr,0.3", 2) in plan
   # Once LR and LS are tuned, each known final's seed 0 comes before the other grids.
-  for value in study.study_module().GRIDS["ls"][1]:
-    _write(tmp_path, study, f"tune,ls,{value:g}", 0, accuracy=0.9, ece=0.02 + value)
-  plan = study.plan(str(tmp_path), [0, 1, 2])
+  for value in study_config.GRIDS["ls"][1]:
+    _write(tmp_path, f"tune,ls,{value:g}", 0, accuracy=0.9, ece=0.02 + value)
+  plan = run.plan(str(tmp_path), [0, 1, 2])
   assert plan[:2] == [("final,ce", 0), ("final_ts,ce", 0)]
   assert plan.index(("final,lr,0.3", 0)) < plan.index(("tune,focal,0.1", 0))
   assert plan.index(("tune,mbls,10", 0)) < plan.index(("final,lr,0.3", 1))
   # Seed by seed: every row's second seed before any row's third.
   assert plan.index(("final,lr,0.3", 1)) < plan.index(("final,ce", 2))
   for seed, (acc, ece) in enumerate([(0.91, 0.015), (0.912, 0.017), (0.914, 0.016)]):
-    _write(tmp_path, study, "final,lr,0.3", seed, accuracy=acc, ece=ece)
-  text = study.write_report(str(tmp_path), str(tmp_path), [0, 1, 2])
+    _write(tmp_path, "final,lr,0.3", seed, accuracy=acc, ece=ece)
+  text = report.write_report(str(tmp_path), str(tmp_path), [0, 1, 2])
   line = next(l for l in text.splitlines() if l.startswith("| LR (opt. for ECE)"))
   # ours 0.912 ± 0.002 vs paper 0.911 ± 0.003: within; ECE 0.016 vs 0.015 ± 0.003: within
   assert "0.912 ± 0.002" in line and "0.016 ± 0.001" in line and line.count("yes") == 2
@@ -59,8 +53,7 @@ def test_selection_plan_and_report(study, tmp_path):
   assert os.path.exists(tmp_path / "label_relaxation_table1.md")
 
 
-def test_claim_verdicts(study):
-  claims = importlib.import_module("lr_table1_claims")  # put on sys.path by bench/lr_table1.py
+def test_claim_verdicts():
   claim = claims.Claim("x", "ece", (("lr", "ece"), ("ls", "ece"), ("ce", None)), ("lr", "ece"))
   lr, ls, ce = ("lr", "ece"), ("ls", "ece"), ("ce", None)
   verdict = lambda stats: claims.verdict(claim, stats)[1]
@@ -82,8 +75,7 @@ def test_claim_verdicts(study):
   assert claims.verdict(acc, {lr: (0.90, 0.001, 3), ls: (0.91, 0.001, 3)})[1] == "holds"
 
 
-def test_the_paper_column_of_the_claims_comes_from_its_table(study, tmp_path):
-  claims = importlib.import_module("lr_table1_claims")
+def test_the_paper_column_of_the_claims_comes_from_its_table(tmp_path):
   lines = claims.verdict_table(str(tmp_path), [0, 1, 2])
   by_claim = {line.split(" | ")[0][2:]: line for line in lines[2:]}
   assert len(by_claim) == len(claims.CLAIMS)
@@ -92,11 +84,10 @@ def test_the_paper_column_of_the_claims_comes_from_its_table(study, tmp_path):
   assert all("pending" in line for line in lines[2:])  # no summaries in tmp_path
 
 
-def test_readme_block_is_written_between_the_markers(study, tmp_path):
-  report = importlib.import_module("lr_table1_report")
+def test_readme_block_is_written_between_the_markers(tmp_path):
   readme = tmp_path / "README.md"
   readme.write_text(f"intro\n{report.README_BEGIN}\nold table\n{report.README_END}\nafter\n")
-  _write(tmp_path, study, "final,ce", 0, accuracy=0.904, ece=0.077)
+  _write(tmp_path, "final,ce", 0, accuracy=0.904, ece=0.077)
   report.update_readme(str(readme), str(tmp_path), [0, 1, 2])
   text = readme.read_text()
   assert text.startswith("intro\n") and text.endswith(f"{report.README_END}\nafter\n")
@@ -106,62 +97,58 @@ def test_readme_block_is_written_between_the_markers(study, tmp_path):
     report.update_readme(str(readme), str(tmp_path), [0])
 
 
-def test_the_readme_table_is_the_committed_results(study):
+def test_the_readme_table_is_the_committed_results():
   """README's LR Table 1 block is what the committed summaries give (rerun
-  `bench/lr_table1.py --report_only --out_dir=docs/results --readme=README.md` after adding
+  `python -m studies.lr_table1 --report_only --out_dir=docs/results --readme=README.md` after adding
   summaries)."""
-  report = importlib.import_module("lr_table1_report")
   with open(os.path.join(ROOT, "README.md")) as f:
     readme = f.read()
   assert report.readme_block(os.path.join(ROOT, "docs", "results"), [0, 1, 2]) in readme
 
 
-def test_report_without_predictions_keeps_the_committed_figure(study, tmp_path):
-  _write(tmp_path, study, "final,ce", 0, accuracy=0.904, ece=0.077,
+def test_report_without_predictions_keeps_the_committed_figure(tmp_path):
+  _write(tmp_path, "final,ce", 0, accuracy=0.904, ece=0.077,
          predictions="final_ce/seed0/eval/predictions.npz")  # not in this workdir
-  text = study.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
+  text = report.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
   assert "![reliability]" not in text
   (tmp_path / "lr_table1_reliability.png").write_bytes(b"committed")
-  text = study.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
+  text = report.write_report(str(tmp_path), str(tmp_path / "no_workdir"), [0, 1, 2])
   assert "![reliability](lr_table1_reliability.png)" in text
   assert (tmp_path / "lr_table1_reliability.png").read_bytes() == b"committed"
 
 
-def test_split_check_note(study, tmp_path):
-  report = importlib.import_module("lr_table1_report")
+def test_split_check_note(tmp_path):
   assert report.split_check(str(tmp_path), [0, 1, 2]).endswith("Pending.")
-  assert ("pooled,ce,2", 2) in study.plan(str(tmp_path), [0, 1, 2])
-  _write(tmp_path, study, "final,ce", 0, accuracy=0.904, ece=0.077)
-  _write(tmp_path, study, "pooled,ce,0", 0, accuracy=0.908, ece=0.073)
-  _write(tmp_path, study, "pooled,ce,1", 1, accuracy=0.912, ece=0.071)
+  assert ("pooled,ce,2", 2) in run.plan(str(tmp_path), [0, 1, 2])
+  _write(tmp_path, "final,ce", 0, accuracy=0.904, ece=0.077)
+  _write(tmp_path, "pooled,ce,0", 0, accuracy=0.908, ece=0.073)
+  _write(tmp_path, "pooled,ce,1", 1, accuracy=0.912, ece=0.071)
   text = report.split_check(str(tmp_path), [0, 1, 2])
   assert ("CE on 2 fold(s): accuracy 0.910 ± 0.003, ECE 0.072 ± 0.001, against 0.904 ± 0.000 "
           "and 0.077 ± 0.000 on the original test set (1 seed(s)) and the paper's 0.912 ± 0.003 "
           "(inside its mean ± 2 std) and 0.129 ± 0.184 (inside).") in text
   assert "FL" not in text.split("seed k.")[1]  # FL's row is not known before its tuning
-  assert ("pooled,ce,1", 1) not in study.plan(str(tmp_path), [0, 1, 2])
+  assert ("pooled,ce,1", 1) not in run.plan(str(tmp_path), [0, 1, 2])
 
 
-def test_split_check_follows_the_tuned_focal_row(study, tmp_path):
+def test_split_check_follows_the_tuned_focal_row(tmp_path):
   """FL (opt. for acc.) is checked on the pooled folds with the gamma its tuning chose."""
-  report = importlib.import_module("lr_table1_report")
-  for gamma in study.study_module().GRIDS["focal"][1]:
-    _write(tmp_path, study, f"tune,focal,{gamma:g}", 0, accuracy=0.95 if gamma == 1 else 0.9,
+  for gamma in study_config.GRIDS["focal"][1]:
+    _write(tmp_path, f"tune,focal,{gamma:g}", 0, accuracy=0.95 if gamma == 1 else 0.9,
            ece=0.05)
-  plan = study.plan(str(tmp_path), [0, 1, 2])
+  plan = run.plan(str(tmp_path), [0, 1, 2])
   assert [item for item in plan if item[0].startswith("pooled,focal")] == [
       ("pooled,focal,1,0", 0), ("pooled,focal,1,1", 1), ("pooled,focal,1,2", 2)]
   for seed, (acc, ece) in enumerate(((0.905, 0.070), (0.907, 0.072))):
-    _write(tmp_path, study, "final,focal,1", seed, accuracy=acc, ece=ece)
-  _write(tmp_path, study, "pooled,focal,1,0", 0, accuracy=0.909, ece=0.065)
+    _write(tmp_path, "final,focal,1", seed, accuracy=acc, ece=ece)
+  _write(tmp_path, "pooled,focal,1,0", 0, accuracy=0.909, ece=0.065)
   text = report.split_check(str(tmp_path), [0, 1, 2])
   assert ("FL (opt. for acc.) on 1 fold(s): accuracy 0.909 ± 0.000, ECE 0.065 ± 0.000, against "
           "0.906 ± 0.001 and 0.071 ± 0.001 on the original test set (2 seed(s)) and the paper's "
           "0.911 ± 0.002 (inside its mean ± 2 std) and 0.062 ± 0.002 (inside).") in text
 
 
-def test_not_worse_claims_hold_within_the_seed_spread(study):
-  claims = importlib.import_module("lr_table1_claims")
+def test_not_worse_claims_hold_within_the_seed_spread():
   mbls, ce = ("mbls", "ece"), ("ce", None)
   claim = claims.Claim("keeps accuracy", "acc", (mbls, ce), mbls, kind="not_worse")
   verdict = lambda stats: claims.verdict(claim, stats)[1]
@@ -174,37 +161,35 @@ def test_not_worse_claims_hold_within_the_seed_spread(study):
       "undecided on one seed: CE is ahead")
 
 
-def test_init_check_note(study, tmp_path):
-  report = importlib.import_module("lr_table1_report")
+def test_init_check_note(tmp_path):
   assert report.init_check(str(tmp_path), [0, 1, 2]).endswith("Pending.")
-  plan = study.plan(str(tmp_path), [0, 1, 2])
+  plan = run.plan(str(tmp_path), [0, 1, 2])
   assert plan[-1] == ("keras_init,ce", 0)  # after the table's runs and the split check
   for seed, acc in enumerate((0.904, 0.906)):
-    _write(tmp_path, study, "final,ce", seed, accuracy=acc, ece=0.077)
-  _write(tmp_path, study, "keras_init,ce", 0, accuracy=0.9071, ece=0.0702)
+    _write(tmp_path, "final,ce", seed, accuracy=acc, ece=0.077)
+  _write(tmp_path, "keras_init,ce", 0, accuracy=0.9071, ece=0.0702)
   text = report.init_check(str(tmp_path), [0, 1, 2])
   assert text.endswith("Test accuracy 0.9071 and ECE 0.0702, against 0.905 ± 0.001 and "
                        "0.077 ± 0.000 with ours (2 seed(s)): +0.21 points of accuracy, beside "
                        "the 0.70-point gap to the paper's 0.912.")
-  assert ("keras_init,ce", 0) not in study.plan(str(tmp_path), [0, 1, 2])
+  assert ("keras_init,ce", 0) not in run.plan(str(tmp_path), [0, 1, 2])
 
 
-def test_train_size_note_pairs_archived_runs_with_reruns(study, tmp_path):
-  report = importlib.import_module("lr_table1_report")
+def test_train_size_note_pairs_archived_runs_with_reruns(tmp_path):
   assert report.train_size_note(str(tmp_path)).endswith("Seed 0 on 60,000: pending.")
   for variant, acc in (("final,ce", 0.9043), ("final,acls", 0.9030)):
-    _write(tmp_path, study, variant, 0, report.ARCHIVE_55K, accuracy=acc, ece=0.07)
-  _write(tmp_path, study, "final,ce", 0, accuracy=0.9063, ece=0.07)
-  _write(tmp_path, study, "final,acls", 0, accuracy=0.9070, ece=0.05)
+    _write(tmp_path, variant, 0, report.ARCHIVE_55K, accuracy=acc, ece=0.07)
+  _write(tmp_path, "final,ce", 0, accuracy=0.9063, ece=0.07)
+  _write(tmp_path, "final,acls", 0, accuracy=0.9070, ece=0.05)
   text = report.train_size_note(str(tmp_path))
   assert text.endswith("Seed 0 test accuracy, 55,000 → 60,000 images (2 rows): `final,ce` "
                        "0.9043 → 0.9063; `final,acls` 0.9030 → 0.9070; change +0.30 ± 0.14 "
                        "points.")
 
 
-def test_the_runner_goes_through_the_plan_and_says_how_long_is_left(study, tmp_path,
-                                                                    monkeypatch, capsys):
-  """`main` on stand-in runs: every planned run once, in plan order, each line with the runs
+def test_the_runner_goes_through_the_plan_and_says_how_long_is_left(tmp_path, monkeypatch,
+                                                                    capsys):
+  """`run_study` on stand-in runs: every planned run once, in plan order, each line with the runs
   left and an estimate from the median run time (none after the last)."""
   done = []
 
@@ -212,12 +197,12 @@ def test_the_runner_goes_through_the_plan_and_says_how_long_is_left(study, tmp_p
     done.append((variant, seed))
     summary = {"accuracy": 0.9, "ece": 0.05, "seconds": 360.0, "ece_post": 0.02,
                "temperature": 1.5, "ece_post_grid": 0.03, "temperature_grid": 1.5}
-    _write(out_dir, study, variant, seed, **summary)
+    _write(out_dir, variant, seed, **summary)
     return summary
 
-  monkeypatch.setattr(study, "run_one", fake_run)
-  assert study.main([f"--out_dir={tmp_path}", f"--workdir={tmp_path}", "--seeds=0"]) == 0
-  assert len(done) == len(set(done)) and study.plan(str(tmp_path), [0]) == []
+  monkeypatch.setattr(run, "run_one", fake_run)
+  assert run.run_study(str(tmp_path), str(tmp_path), [0]) == 0
+  assert len(done) == len(set(done)) and run.plan(str(tmp_path), [0]) == []
   lines = [l for l in capsys.readouterr().out.splitlines() if re.search(r"; \d+ runs? left", l)]
   assert len(lines) == len(done)
   for line in lines[:-1]:  # the plan grows as tunings finish: each line says what it knows
@@ -225,3 +210,16 @@ def test_the_runner_goes_through_the_plan_and_says_how_long_is_left(study, tmp_p
     runs = "1 run" if left == 1 else f"{left} runs"
     assert line.endswith(f"{runs} left, about {left * 0.1:.1f} h")
   assert lines[-1].endswith("(360 s); 0 runs left")
+
+
+def test_the_command_line_rewrites_the_report_from_the_summaries(tmp_path):
+  """`python -m studies.lr_table1 --report_only` from the repository root (absl flags, the
+  package imported from the checkout): the report of the summaries in --out_dir, no training."""
+  _write(tmp_path, "final,ce", 0, accuracy=0.904, ece=0.077)
+  result = subprocess.run(
+      [sys.executable, "-m", "studies.lr_table1", "--report_only", f"--out_dir={tmp_path}",
+       f"--workdir={tmp_path / 'no_workdir'}", "--seeds=0,1"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "| CE | – | 1/2 | 0.904 ± 0.000 |" in result.stdout
+  assert (tmp_path / "label_relaxation_table1.md").read_text() in result.stdout

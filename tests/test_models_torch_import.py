@@ -1,7 +1,7 @@
 """import_torch: torchvision / timm state dicts give the PyTorch logits in our models.
 
 The reference logits in fixtures/torch_reference_logits.npz come from
-bench/torch_reference_logits.py (real torch, torchvision, timm) on seeded numpy weights; here the
+crosscheck/torch_reference_logits.py (real torch, torchvision, timm) on seeded numpy weights; here the
 same weights are redrawn from the seed, so no torch is needed.
 """
 import json
@@ -121,7 +121,7 @@ class _FakeTensor:
 def test_pth_files_are_read_with_torch_load(tmp_path, monkeypatch):
   """A .pth goes through `torch.load(path, map_location='cpu', weights_only=True)`, training
   checkpoints' {'state_dict': ...} wrapper is unwrapped and tensors become numpy arrays. torch
-  is stood in for (the suite does not install it); bench/torch_reference_logits.py runs the
+  is stood in for (the suite does not install it); crosscheck/torch_reference_logits.py runs the
   real one."""
   import types
   state = _resnet18_state()

@@ -4,7 +4,7 @@
 Images are 32x32 clutter scenes showing a digit (10 classes) 5 to 28 pixels tall, with its box,
 so the objectness-based losses run here (objectness is then the digit's share of the whole
 image: training uses whole images, not random-resized crops, to learn fast on a CPU). The
-loss-comparison study (`configs/compare.py`) uses this recipe for its `clutter_objects` rows.
+loss-comparison study (`studies/compare/config.py`) uses this recipe for its `clutter_objects` rows.
 
     python train.py --config=configs/clutter_objects_cnn.py:als --workdir=workdirs/clutter_als
 

@@ -3,13 +3,13 @@
 
 The recipe of `mnist_mlp.py` for 50 epochs, with the official code's learning-rate drop by 0.3162
 after epoch 30 ("simple_dense_fashion_mnist": steps [30, 50]). The full Table 1 protocol
-(hold-out tuning of each loss, retraining, CE + T from a grid) is `configs/lr_table1.py`, run by
-`bench/lr_table1.py`.
+(hold-out tuning of each loss, retraining, CE + T from a grid) is `studies/lr_table1/config.py`,
+run by `python -m studies.lr_table1`.
 
 Recipe (LR paper Sec. 5): see `mnist_mlp.py`. Loss hyper-parameters were tuned on a 1/6
 hold-out per target (accuracy or ECE) and are not reported: the defaults (LS eps=0.1, CP
-beta=0.1, FL gamma=3, LR alpha=0.1) are starting points; `configs/lr_table1.py` has the ones
-its tuning chose.
+beta=0.1, FL gamma=3, LR alpha=0.1) are starting points; `studies/lr_table1/config.py` has the
+ones its tuning chose.
 
     python train.py --config=configs/fashion_mnist_mlp.py:lr --workdir=workdirs/fashion_mnist_lr
 

@@ -1,19 +1,18 @@
-"""The run summaries of the label-relaxation Table 1 study (`bench/lr_table1.py`): where they
-live, which grid value each tuned loss selects, and every final configuration as a `Row` with
-its mean ± std over seeds. The report (`lr_table1_report`) and the claims
-(`lr_table1_claims`) read the study through this module.
+"""The run summaries of the label-relaxation Table 1 study (`python -m studies.lr_table1`):
+where they live, which grid value each tuned loss selects, and every final configuration as a
+`Row` with its mean ± std over seeds. The report (`studies.lr_table1.report`) and the claims
+(`studies.lr_table1.claims`) read the study through this module.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import statistics
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, "configs", "lr_table1.py")
+from studies.lr_table1 import config as study_config
+
 TUNED = ("ls", "ecp", "focal", "lr")
 SUMMARY_FOLDER = "lr_table1"  # under --out_dir: one summary JSON per run
 DISPLAY = {"ce": "CE", "ls": "LS", "ecp": "CP", "focal": "FL", "lr": "LR", "mbls": "MbLS",
@@ -38,12 +37,6 @@ Summary = dict[str, Any]
 SPLIT_CHECKS = (("ce", None), ("focal", "acc"))
 
 
-@functools.cache  # The config module is read once per process, not per table row.
-def study_module():
-  from calib_jax import config as config_lib
-  return config_lib.load_config_module(CONFIG)
-
-
 def summary_path(out_dir: str, variant: str, seed: int, folder: str = SUMMARY_FOLDER) -> str:
   """Where a run's summary lives: ``out_dir/folder/<variant, commas as '_'>/seed<seed>.json``."""
   return os.path.join(out_dir, folder, variant.replace(",", "_"), f"seed{seed}.json")
@@ -63,9 +56,8 @@ def load_summary(out_dir: str, variant: str, seed: int, folder: str = SUMMARY_FO
 
 def tuning_scores(out_dir: str, loss: str) -> dict[float, Summary] | None:
   """Validation summaries of a loss's whole grid, or None while any is missing."""
-  study = study_module()
   scores = {}
-  for value in study.GRIDS[loss][1]:
+  for value in study_config.GRIDS[loss][1]:
     summary = load_summary(out_dir, f"tune,{loss},{value:g}", 0)
     if summary is None:
       return None

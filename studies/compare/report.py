@@ -1,89 +1,24 @@
-"""Loss comparison on offline data: every loss of `configs/compare.py` on several seeds.
-
-    .venv/bin/python bench/compare_losses.py --out_dir=docs/results \
-        [--workdir=workdirs/compare] [--seeds=0,1,2] [--datasets=fashion_mnist,clutter_objects] \
-        [--losses=ce,mbls,acls]
-
-Each run trains into `<workdir>/<dataset>/<loss>/seed<k>` with the library's own
-`train_and_evaluate` and is evaluated with `evaluate_run` (temperature and p-norm fitted on the
-validation split, metrics on the test split). A run whose `eval_test/metrics.json` exists is not
-retrained (delete its directory to redo it), so an interrupted study continues where it stopped.
-
-Writes to `--out_dir`:
-* `results.md`: per dataset, mean ± std over seeds (sample std) of accuracy, ECE, AECE,
-  classwise ECE, NLL before and after temperature scaling, the fitted T, the selective metrics
-  (AURC, E-AURC, coverage at 5 % risk) of MSP, max logit and max-logit p-norm, context-only
-  confidence where evaluated, and the papers' claims checked seed by seed;
-* `reliability_<dataset>.png`: CE vs MbLS vs ACLS reliability diagrams (first seed), PreT.
-Not a test: it trains models and prints numbers.
+"""The report of the loss-comparison study (`python -m studies.compare`): mean ± std over seeds
+of each metric, the papers' claims checked seed by seed, and the reliability figures, from the
+runs' `metrics.json`. It trains nothing.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import re
 import statistics
-import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, "configs", "compare.py")
+from studies.compare.run import Results, run_dir
+
 DISPLAY = {"ce": "CE", "ls": "LS", "focal": "FL", "flsd": "FLSD", "ecp": "ECP", "mbls": "MbLS",
            "acls": "ACLS", "lr": "LR", "als": "ALS", "als_context": "ALS + context"}
 RELIABILITY_LOSSES = ("ce", "mbls", "acls")
 
-Results = dict[str, Any]  # one run's metrics.json
 
-
-# ----------------------------------------------------------------------------- running
-
-
-def run_dir(workdir: str, dataset: str, loss: str, seed: int) -> str:
-  return os.path.join(workdir, dataset, loss, f"seed{seed}")
-
-
-def train_and_evaluate_cell(workdir: str, dataset: str, loss: str, seed: int) -> Results:
-  """Trains and evaluates one (dataset, loss, seed) run, or re-reads a finished one.
-
-  A run whose loss or gradient became non-finite is recorded (`diverged.json`, and
-  `{"diverged": message}` returned) instead of stopping the study.
-  """
-  from calib_jax import config as config_lib
-  from calib_jax.evaluation import run as evaluate
-  from calib_jax.training import loop
-
-  path = os.path.abspath(run_dir(workdir, dataset, loss, seed))
-  metrics_file = os.path.join(evaluate.eval_dir(path, "test"), evaluate.RESULTS_FILE)
-  timing_file = os.path.join(path, "timing.json")
-  diverged_file = os.path.join(path, "diverged.json")
-  if not os.path.exists(metrics_file) and not os.path.exists(diverged_file):
-    config = config_lib.load_config_file(f"{CONFIG}:{dataset},{loss}")
-    config.seed = seed
-    start = time.monotonic()
-    try:
-      loop.train_and_evaluate(config, path)
-    except loop.NonFiniteLossError as e:
-      with open(diverged_file, "w") as f:
-        json.dump({"diverged": str(e), "train_s": time.monotonic() - start}, f)
-    else:
-      trained = time.monotonic()
-      evaluate.evaluate_run(config, path, split="test")
-      with open(timing_file, "w") as f:
-        json.dump({"train_s": trained - start, "eval_s": time.monotonic() - trained}, f)
-  if os.path.exists(diverged_file):
-    with open(diverged_file) as f:
-      record = json.load(f)
-    return {"diverged": record["diverged"], "timing": {"train_s": record["train_s"]}}
-  with open(metrics_file) as f:
-    results = json.load(f)
-  if os.path.exists(timing_file):
-    with open(timing_file) as f:
-      results["timing"] = json.load(f)
-  return results
+# ----------------------------------------------------------------------------- runs
 
 
 def finished(results: Sequence[Results]) -> list[Results]:
@@ -354,53 +289,3 @@ def write_report(workdir: str, out_dir: str, all_runs: dict[str, dict[str, list[
   with open(os.path.join(out_dir, "results.md"), "w") as f:
     f.write(text)
   return text
-
-
-def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", default=os.path.join("workdirs", "compare"))
-  parser.add_argument("--out_dir", default=None, help="report directory (default: workdir)")
-  parser.add_argument("--seeds", default="0,1,2")
-  parser.add_argument("--datasets", default="fashion_mnist,clutter_objects")
-  parser.add_argument("--losses", default="", help="subset of losses (default: all)")
-  args = parser.parse_args(argv)
-
-  from absl import logging as absl_logging
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  from calib_jax import config as config_lib
-  study = config_lib.load_config_module(CONFIG)
-
-  seeds = [int(s) for s in args.seeds.split(",") if s]
-  datasets = [d for d in args.datasets.split(",") if d]
-  wanted = [loss for loss in args.losses.split(",") if loss]
-  for dataset in datasets:
-    if dataset not in study.LOSSES:
-      parser.error(f"unknown dataset {dataset!r}; valid: {', '.join(study.LOSSES)}")
-  start = time.monotonic()
-  all_runs: dict[str, dict[str, list[Results]]] = {}
-  for dataset in datasets:
-    losses = [loss for loss in study.LOSSES[dataset] if not wanted or loss in wanted]
-    for loss in losses:
-      for seed in seeds:
-        tick = time.monotonic()
-        results = train_and_evaluate_cell(args.workdir, dataset, loss, seed)
-        results["seed"] = seed
-        all_runs.setdefault(dataset, {}).setdefault(loss, []).append(results)
-        if "diverged" in results:
-          summary = results["diverged"].splitlines()[0]
-        else:
-          pre = results["pre_temperature"]
-          summary = f"acc {pre['accuracy']:.4f} ECE {pre['ece']:.4f} AURC {pre['aurc']:.4f}"
-        print(f"{dataset:<16}{loss:<12}seed {seed}: {summary} "
-              f"({time.monotonic() - tick:.0f} s)", flush=True)
-  command = "python bench/compare_losses.py " + " ".join(argv if argv is not None
-                                                          else sys.argv[1:])
-  text = write_report(args.workdir, args.out_dir or args.workdir, all_runs, seeds,
-                      command.strip())
-  print(f"({time.monotonic() - start:.0f} s for this invocation)")
-  print("\n" + text)
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

@@ -1,9 +1,9 @@
 """Label relaxation (Lienen & Huellermeier, AAAI 2021) Table 1, Fashion-MNIST columns: the whole
-protocol, one config per run. `bench/lr_table1.py` runs them and writes the table.
+protocol, one config per run. `python -m studies.lr_table1` runs them and writes the table.
 
-Every run is the recipe of `fashion_mnist_mlp.py` (2x1024 ReLU MLP, SGD Nesterov 0.9, batch 64,
-lr 0.05 with Keras time decay 1e-5 and x0.3162 after epoch 30, 50 epochs, no augmentation, no
-weight decay). What changes is the data split, the loss and its hyper-parameter:
+Every run is the recipe of `configs/fashion_mnist_mlp.py` (2x1024 ReLU MLP, SGD Nesterov 0.9,
+batch 64, lr 0.05 with Keras time decay 1e-5 and x0.3162 after epoch 30, 50 epochs, no
+augmentation, no weight decay). What changes is the data split, the loss and its hyper-parameter:
 
 * `tune,<loss>,<value>`: train on the first 50,000 training images, report on the last 10,000
   (the paper's hold-out of 1/6 of the training data; the official code's `train_test_split`
@@ -27,8 +27,8 @@ weight decay). What changes is the data split, the loss and its hyper-parameter:
 The temperature and p-norm that `eval.py` fits for the `final` rows come from images those
 models trained on (`train[50000:]`); the study reports their PosT numbers only for `final_ts`.
 
-    python train.py --config=configs/lr_table1.py:final,lr,0.1 --workdir=workdirs/lrt1/lr
-    python eval.py --config=configs/lr_table1.py:final,lr,0.1 --workdir=workdirs/lrt1/lr
+    python train.py --config=studies/lr_table1/config.py:final,lr,0.1 --workdir=workdirs/lrt1/lr
+    python eval.py --config=studies/lr_table1/config.py:final,lr,0.1 --workdir=workdirs/lrt1/lr
 
 Variants (`:arg`): see above; `VARIANTS` lists them all (a final run for every grid value).
 """
@@ -40,7 +40,10 @@ from calib_jax import posthoc
 from calib_jax.config import variants
 from calib_jax.config import load_config_module, unattended_run
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+# The recipes these runs derive from: the repository's configs/ (this file is
+# studies/<study>/config.py).
+_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))), "configs")
 # The hyper-parameter each tuned loss takes, and its grid (paper Sec. 5; MbLS: the margins).
 GRIDS = {
     "ls": ("epsilon", (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4)),
@@ -110,6 +113,6 @@ VARIANTS = _variants()
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The run named by `arg` (default `final,ce`)."""
-  config = load_config_module(os.path.join(_HERE, "fashion_mnist_mlp.py")).get_config("ce")
+  config = load_config_module(os.path.join(_CONFIGS, "fashion_mnist_mlp.py")).get_config("ce")
   unattended_run(config, log_every_steps=1000, checkpoint_every_steps=4000)
   return variants.apply_variant(config, arg, VARIANTS, default="final,ce")

@@ -1,6 +1,6 @@
 """`make demo` on several seeds, checked against the targets the README states for it.
 
-    .venv/bin/python bench/demo_targets.py [--seeds=0,1,2] [--workdir=workdirs/demo_seeds]
+    .venv/bin/python -m studies.demo_targets [--seeds=0,1,2] [--workdir=workdirs/demo_seeds]
 
 Runs `python -m calib_jax.demo --seed=k` (CE, MbLS, ACLS on `configs/default.py`) once per seed,
 each in a fresh process and work directory (so each wall time includes start-up, data
@@ -11,9 +11,9 @@ the seeds and whether the targets hold:
 * each calibration loss: ECE at most half of CE's, accuracy within 1.5 points of CE's (means);
 * one `make demo` run takes at most 5 minutes of wall time.
 
-Not a test: it trains models and prints numbers (about 1.5 minutes per seed on 2 idle cores).
+Run from the repository root. Not a test: it trains models and prints numbers (about 1.5 minutes
+per seed on 2 idle cores).
 """
-import argparse
 import json
 import os
 import statistics
@@ -21,7 +21,12 @@ import subprocess
 import sys
 import time
 
+from absl import app, flags, logging
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SEEDS = flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds, one demo run each")
+_WORKDIR = flags.DEFINE_string("workdir", os.path.join("workdirs", "demo_seeds"),
+                               "each seed's run goes to <workdir>/seed<k>")
 
 
 def run_seed(seed: int, workdir: str) -> tuple[dict, float]:
@@ -40,15 +45,14 @@ def mean_std(values: list[float]) -> str:
   return f"{statistics.mean(values):.4f} ± {std:.4f}"
 
 
-def main() -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--seeds", default="0,1,2")
-  parser.add_argument("--workdir", default=os.path.join("workdirs", "demo_seeds"))
-  args = parser.parse_args()
-  seeds = [int(s) for s in args.seeds.split(",")]
+def main(argv: list[str]) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  seeds = [int(s) for s in _SEEDS.value.split(",")]
   summaries, walls = [], []
   for seed in seeds:
-    summary, seconds = run_seed(seed, args.workdir)
+    summary, seconds = run_seed(seed, _WORKDIR.value)
     summaries.append(summary)
     walls.append(seconds)
     print(f"seed {seed}: {seconds:.0f} s wall; " + "; ".join(
@@ -86,4 +90,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  app.run(main)

@@ -1,24 +1,24 @@
-"""The report of the label-relaxation Table 1 study (`bench/lr_table1.py`): writes the
-tables, the claim-by-claim verdicts (`lr_table1_claims`), the reliability figure and the README's
-summary table from the run summaries (`lr_table1_summaries`). It trains nothing.
+"""The report of the label-relaxation Table 1 study (`python -m studies.lr_table1`): writes the
+tables, the claim-by-claim verdicts (`studies.lr_table1.claims`), the reliability figure and the
+README's summary table from the run summaries (`studies.lr_table1.summaries`). It trains nothing.
 
-    .venv/bin/python bench/lr_table1.py --report_only --out_dir=docs/results --readme=README.md
+    .venv/bin/python -m studies.lr_table1 --report_only --out_dir=docs/results --readme=README.md
 """
 from __future__ import annotations
 
 import os
 
-from lr_table1_claims import verdict_table
-from lr_table1_summaries import (DISPLAY, PAPER, SPLIT_CHECKS, TUNED, final_rows, fmt_mean_std,
-                                 load_summary, mean_std, row_label, rows, seed_summaries,
-                                 split_check_rows, study_module, within_spread)
+from studies.lr_table1 import config as study_config
+from studies.lr_table1.claims import verdict_table
+from studies.lr_table1.summaries import (DISPLAY, PAPER, SPLIT_CHECKS, TUNED, final_rows,
+                                         fmt_mean_std, load_summary, mean_std, row_label, rows,
+                                         seed_summaries, split_check_rows, within_spread)
 
 
 def tuning_table(out_dir: str) -> list[str]:
-  study = study_module()
   lines = ["| loss | parameter | value | val acc | val ECE |", "|---|---|---|---:|---:|"]
   for loss in (*TUNED, "mbls"):
-    name, grid = study.GRIDS[loss]
+    name, grid = study_config.GRIDS[loss]
     for value in grid:
       s = load_summary(out_dir, f"tune,{loss},{value:g}", 0)
       if s is None:
@@ -72,7 +72,7 @@ def reliability_figure(out_dir: str, workdir: str, seeds: list[int]) -> str | No
 
   from calib_jax import plotting
   wanted = {"ce": None, "ls": "ece", "lr": "ece", "mbls": "ece", "acls": None}
-  grids = study_module().GRIDS
+  grids = study_config.GRIDS
   models = {}
   for key, variant, target in final_rows(out_dir):
     if key in wanted and wanted[key] == target and not variant.endswith("clip"):
@@ -94,19 +94,18 @@ def reliability_figure(out_dir: str, workdir: str, seeds: list[int]) -> str | No
 
 def split_check(out_dir: str, seeds: list[int]) -> str:
   """The protocol note on the test split, from the `pooled,<final>,<k>` runs there are."""
-  study = study_module()
   checked = " and ".join(row_label(key, target) for key, target in SPLIT_CHECKS)
   text = ("- The test split: the paper tests on a random 1/7 of the pooled 70k images per seed, "
           f"we on the original 10k test images. Check (`pooled,<final>,<k>` for {checked}, "
-          f"{study.POOLED_FOLDS} folds after the table's runs): the final row trained on the "
-          "other 50k training images plus the 10k test images and tested on training images "
+          f"{study_config.POOLED_FOLDS} folds after the table's runs): the final row trained on "
+          "the other 50k training images plus the 10k test images and tested on training images "
           "10k·k..10k·(k+1), seed k.")
   original = {row.variant: row for row in rows(out_dir, seeds)}
   inside = lambda ours, theirs: "inside" if within_spread(ours, theirs) == "yes" else "outside"
   found = []
   for key, target, variant in split_check_rows(out_dir):
-    folds = [s for k in range(study.POOLED_FOLDS)
-             if (s := load_summary(out_dir, study.pooled_variant(variant, k), k))
+    folds = [s for k in range(study_config.POOLED_FOLDS)
+             if (s := load_summary(out_dir, study_config.pooled_variant(variant, k), k))
              and "diverged" not in s]
     row = original[variant]
     if not folds or not row.finished:
@@ -170,7 +169,7 @@ def init_check(out_dir: str, seeds: list[int]) -> str:
       f"{(paper_acc - acc[0]) * 100:.2f}-point gap to the paper's {paper_acc:.3f}.")
 
 
-README_BEGIN = "<!-- lr_table1 table: begin (written by bench/lr_table1.py --readme) -->"
+README_BEGIN = "<!-- lr_table1 table: begin (written by python -m studies.lr_table1 --readme) -->"
 README_END = "<!-- lr_table1 table: end -->"
 
 
@@ -195,9 +194,9 @@ def update_readme(path: str, out_dir: str, seeds: list[int]) -> None:
 
 def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
   lines = ["# Label relaxation Table 1 (Fashion-MNIST), reproduced", "",
-           "Produced by `python bench/lr_table1.py --out_dir=docs/results --readme=README.md` "
-           "(configs: `configs/lr_table1.py`; `--report_only` rewrites it from the summaries "
-           "without training). Paper: mean ± std of 10 seeds with the train/test "
+           "Produced by `python -m studies.lr_table1 --out_dir=docs/results --readme=README.md` "
+           "(configs: `studies/lr_table1/config.py`; `--report_only` rewrites it from the "
+           "summaries without training). Paper: mean ± std of 10 seeds with the train/test "
            "pool resampled per seed; ours: mean ± sample std over seeds on the original split, "
            "tuning once on seed 0. 'within' = our mean inside the paper's mean ± 2 std.", "",
            "## Final runs (test split)", ""]
@@ -246,5 +245,3 @@ def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
   with open(os.path.join(out_dir, "label_relaxation_table1.md"), "w") as f:
     f.write(text)
   return text
-
-

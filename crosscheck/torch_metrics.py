@@ -1,13 +1,12 @@
 """Cross-check of ECE and AECE against torchmetrics and torch-uncertainty (the `bench` extra).
 
-    .venv/bin/python bench/crosscheck_torch.py
+    .venv/bin/python crosscheck/torch_metrics.py      # or: make crosscheck
 
 Conventions agree away from bin edges (torchmetrics' bins are [lo, hi), calib_jax's (lo, hi]), so
 the random probabilities avoid exact edges. Prints both values and exits non-zero on a mismatch.
 It lives here rather than in the test suite because torch is not a dependency of `make test`.
 """
-import sys
-
+from absl import app, logging
 import numpy as np
 import torch
 import torch_uncertainty.metrics as tu
@@ -28,7 +27,10 @@ def random_predictions(n=2000, c=10, seed=0):
   return probs, labels
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   probs, labels = random_predictions()
   ours_ece = float(metrics.ece(probs, labels))
   theirs_ece = float(multiclass_calibration_error(
@@ -49,4 +51,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  app.run(main)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lr_table1_summaries import DISPLAY, PAPER, rows
+from studies.lr_table1.summaries import DISPLAY, PAPER, rows
 
 
 @dataclasses.dataclass(frozen=True)

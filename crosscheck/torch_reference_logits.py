@@ -6,10 +6,9 @@ classes, 224x224 input), it draws a state dict in numpy with
 `calib_jax.models.torch_import.reference_state_dict` (so the test can redraw it without torch),
 loads it, runs eval mode on a seeded input of batch 2 and stores the logits with the key list.
 
-    python bench/torch_reference_logits.py [--out tests/fixtures/torch_reference_logits.npz]
+    python crosscheck/torch_reference_logits.py [--out tests/fixtures/torch_reference_logits.npz]
 """
-import argparse
-
+from absl import app, flags, logging
 import numpy as np
 import timm
 import torch
@@ -24,12 +23,14 @@ MODELS = {
     "vit_s16": (lambda: timm.create_model("vit_small_patch16_224", num_classes=10), 224),
 }
 SEED = 0
+_OUT = flags.DEFINE_string("out", "tests/fixtures/torch_reference_logits.npz",
+                           "the .npz file to write")
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default="tests/fixtures/torch_reference_logits.npz")
-  args = parser.parse_args()
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
   arrays = {"seed": np.array(SEED)}
   for name, (build, size) in MODELS.items():
     model = build().eval()
@@ -42,8 +43,8 @@ def main() -> None:
     arrays[f"{name}/size"] = np.array(size)
     arrays[f"{name}/logits"] = logits.astype(np.float32)
     print(f"{name}: {len(keys)} tensors, logits max |.| {np.abs(logits).max():.3g}")
-  np.savez_compressed(args.out, **arrays)
+  np.savez_compressed(_OUT.value, **arrays)
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -1,0 +1,1 @@
+"""The loss comparison on offline data: `python -m studies.compare` (see `__main__`)."""

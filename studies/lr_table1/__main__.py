@@ -1,0 +1,49 @@
+"""Label relaxation Table 1 (Fashion-MNIST) reproduced, with MbLS and ACLS on the same protocol.
+
+    .venv/bin/python -m studies.lr_table1 [--workdir=workdirs/lr_table1] \
+        [--out_dir=docs/results] [--seeds=0,1,2] [--max_minutes=M] [--report_only] \
+        [--readme=README.md]
+
+Runs the configs of `studies/lr_table1/config.py` in the order of `run.plan`: the tuning grids
+on a hold-out (seed 0), then for each tuned loss the value best for accuracy and the value best
+for ECE, retrained on the whole training set and tested, on every seed; CE, CE + T (grid) and
+ACLS (with and without the official clip) need no tuning. One run's summary is written to
+`<out_dir>/lr_table1/<variant>/seed<k>.json` when it finishes; a run with a summary is never
+redone (the summaries are committed, so the study continues across machines), and a run that
+was interrupted resumes from its checkpoint in `--workdir`. `--max_minutes` stops starting new
+runs after that long, so the study can be run in chunks. After each run the report
+`<out_dir>/label_relaxation_table1.md` and `<out_dir>/lr_table1_reliability.png` are rewritten
+from every summary there is (`studies.lr_table1.report`); `--readme` also writes its summary
+table into the README. Run from the repository root. Not a test: it trains models and prints
+numbers.
+"""
+import os
+
+from absl import app, flags, logging
+
+from studies.lr_table1 import run
+
+_WORKDIR = flags.DEFINE_string("workdir", os.path.join("workdirs", "lr_table1"),
+                               "where the runs train (checkpoints, predictions)")
+_OUT_DIR = flags.DEFINE_string("out_dir", os.path.join("docs", "results"),
+                               "where the summaries, the report and its figure go")
+_SEEDS = flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds of the final runs")
+_MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0,
+                                  "stop starting new runs after this long; 0 = no limit")
+_REPORT_ONLY = flags.DEFINE_boolean("report_only", False,
+                                    "rewrite the report from the summaries; train nothing")
+_README = flags.DEFINE_string("readme", "", "also write the summary table into this file "
+                              "between its lr_table1 markers (README.md)")
+
+
+def main(argv: list[str]) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  seeds = [int(s) for s in _SEEDS.value.split(",") if s]
+  return run.run_study(_WORKDIR.value, _OUT_DIR.value, seeds, _MAX_MINUTES.value,
+                       _REPORT_ONLY.value, _README.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

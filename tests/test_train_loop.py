@@ -140,9 +140,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"loss": "smoothing"}, r"unknown loss 'smoothing'; valid loss names: ce, ls"),
-    ({"model": "resnet7"}, r"unknown model 'resnet7'; valid model names: .*small_cnn"),
-    ({"data.name": "cifar11"}, r"unknown dataset 'cifar11'; valid dataset names: .*digits"),
+    ({"loss": "smoothing"}, r"unknown loss 'smoothing'; valid names: ce, ls"),
+    ({"model": "resnet7"}, r"unknown model 'resnet7'; valid names: .*small_cnn"),
+    ({"data.name": "cifar11"}, r"unknown dataset 'cifar11'; valid names: .*digits"),
     ({"optimizer.learning_rate": -0.1}, r"optimizer.learning_rate must be > 0, got -0.1"),
     ({"data.batch_size": 36}, r"data.batch_size=36 is not divisible by the number of devices"),
     ({"loss_kwargs": {"epsilon": 1.5}}, r"loss 'ce'"),

@@ -271,7 +271,7 @@ def names() -> list[str]:
 def spec(name: str) -> DatasetSpec:
   """The `DatasetSpec` of ``name``; unknown names raise ValueError listing valid ones."""
   if name not in _DATASETS:
-    raise ValueError(f"Unknown dataset {name!r}; valid names: {', '.join(names())}.")
+    raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(names())}")
   return _DATASETS[name]
 
 

@@ -15,7 +15,7 @@ that builds is exactly the model and loss that training will use.
 """
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -24,9 +24,8 @@ import ml_collections
 import optax
 
 from calib_jax.config import schema
-from calib_jax.evaluation import validation
 from calib_jax.experiment import checks, weights
-from calib_jax.experiment.data import DataRecipe, data_problems
+from calib_jax.experiment.data import DataRecipe
 from calib_jax.training import optim, parallel, state as state_lib
 
 LossFn = Callable[..., jax.Array]
@@ -141,24 +140,15 @@ class Experiment:
     return weights.abstract_variables(self.model, self.data.example_input(), self.mesh)
 
 
-def _from_registry(problems: list[str], kind: str, name: str, valid: Iterable[str],
-                   make: Callable[[], Any]) -> Any:
-  """`make()` when `name` is one of `valid` and its arguments are accepted, else None with the
-  problem appended (the valid names, or the registry's own message)."""
-  valid = list(valid)
-  if name not in valid:
-    problems.append(f"unknown {kind} {name!r}; valid {kind} names: {', '.join(valid)}")
-    return None
-  try:
-    return make()
-  except (ValueError, TypeError) as e:
-    problems.append(f"{kind} {name!r}: {e}")
-    return None
-
-
 def build(config: ml_collections.ConfigDict, *,
           devices: list[jax.Device] | None = None) -> Experiment:
   """Checks `config` while building its experiment; see the module docstring.
+
+  The config passes through each module once or twice, in one direction: the shallow checks
+  of every sub-config (`checks.config_problems`), then the registries (loss, dataset), the
+  data recipe, the model, and the checks that need the dataset (`checks.task_problems`). A
+  registry's own error (an unknown name with the valid ones, a rejected argument) becomes one
+  line of the `ConfigError`.
 
   Args:
     config: a config following `calib_jax.config.base_config`.
@@ -167,31 +157,27 @@ def build(config: ml_collections.ConfigDict, *,
   Raises:
     ConfigError: (a `ValueError`) listing every problem of the config, one per line.
   """
-  from calib_jax import data, losses, models  # Deferred: `data` imports TensorFlow.
+  from calib_jax import data, losses  # Deferred: `data` imports TensorFlow.
   mesh = parallel.make_mesh(devices)
-  problems = [
-      *checks.run_problems(config),
-      *data_problems(config.data, mesh.devices.size),
-      *optim.optimizer_problems(config.optimizer),
-      *optim.schedule_problems(config.schedule),
-      *validation.eval_problems(config.eval),
-      *weights.pretrained_problems(config.pretrained, config.model),
-  ]
-  loss_fn = _from_registry(problems, "loss", config.loss, losses.names(),
-                           lambda: losses.get(config.loss, **config.loss_kwargs.to_dict()))
-  meta = _from_registry(problems, "dataset", config.data.name, data.names(),
-                        lambda: data.info(config.data.name))
-  recipe = model = data_recipe = None
+  problems = checks.config_problems(config, mesh.devices.size)
+  loss_fn = meta = data_recipe = recipe = model = None
+  try:
+    loss_fn = losses.get(config.loss, **config.loss_kwargs.to_dict())
+  except (ValueError, TypeError) as e:
+    problems.append(str(e))
+  try:
+    meta = data.info(config.data.name)
+  except ValueError as e:
+    problems.append(str(e))
   if meta is not None:
     data_recipe = DataRecipe(config.data, meta)
-
-    def recipe_and_model():
-      made = weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta)
-      return made, made.build()
-
-    recipe, model = _from_registry(problems, "model", config.model, models.names(),
-                                   recipe_and_model) or (None, None)
     problems += data_recipe.option_problems()
+    try:
+      recipe = weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta)
+      model = recipe.build()
+    except (ValueError, TypeError) as e:
+      problems.append(str(e) if str(e).startswith("unknown model") else
+                      f"model {config.model!r}: {e}")
     problems += checks.task_problems(config, meta)
   schema.raise_if_problems(problems)
   return Experiment(config, mesh, data_recipe, recipe, model, loss_fn)

@@ -4,12 +4,18 @@ CRL on segmentation, context evaluation without boxes).
 
 The checks of each sub-config live beside the code that builds from it
 (`data.data_problems`, `optim.optimizer_problems` / `schedule_problems`,
-`evaluation.validation.eval_problems`, `weights.pretrained_problems`); `build.build` gathers
-them all with these, so every problem arrives in one message before anything compiles.
+`evaluation.validation.eval_problems`, `weights.pretrained_problems`); `config_problems`
+gathers them with these, and `build.build` adds what the registries reject, so every problem
+arrives in one message before anything compiles.
 """
 from typing import Any
 
 import ml_collections
+
+from calib_jax.evaluation import validation
+from calib_jax.experiment import weights
+from calib_jax.experiment.data import data_problems
+from calib_jax.training import optim
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -33,6 +39,20 @@ def run_problems(config: ml_collections.ConfigDict) -> list[str]:
        f"unknown dtype {config.dtype!r}; valid dtypes: {', '.join(DTYPES)}"),
   ]
   return [message for ok, message in checks if not ok]
+
+
+def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
+  """Every problem that can be found without the dataset: the run's own fields and each
+  sub-config's checks (data over `num_devices` devices, optimiser, schedule, evaluation,
+  pre-trained weights)."""
+  return [
+      *run_problems(config),
+      *data_problems(config.data, num_devices),
+      *optim.optimizer_problems(config.optimizer),
+      *optim.schedule_problems(config.schedule),
+      *validation.eval_problems(config.eval),
+      *weights.pretrained_problems(config.pretrained, config.model),
+  ]
 
 
 def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:

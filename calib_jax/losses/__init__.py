@@ -67,7 +67,7 @@ def default_hparams(name: str) -> dict[str, Any]:
 
 def _lookup(name: str) -> _LossDef:
   if name not in _LOSSES:
-    raise ValueError(f"unknown loss {name!r}; valid names: {names()}")
+    raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(names())}")
   return _LOSSES[name]
 
 

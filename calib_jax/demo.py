@@ -1,6 +1,7 @@
 """`make demo`: why calibration matters, in about two minutes on a CPU, offline.
 
     python -m calib_jax.demo [--workdir=workdirs/demo] [--variants=ce,mbls,acls] [--seed=0]
+        [--num_train_steps=N]   # installed: calib-jax-demo
 
 It works from any directory, in a source checkout or with the package installed: its recipe,
 `configs/default.py`, travels with the package. It trains that recipe once per variant (a loss
@@ -39,14 +40,18 @@ SUMMARY_KEYS = ("accuracy", "ece", "ece_post", "temperature", "average_confidenc
 
 
 def run_variant(variant: str, workdir: str, config_path: str = DEFAULT_CONFIG,
-                seed: int = 0) -> dict[str, Any]:
+                seed: int = 0, num_train_steps: int | None = None) -> dict[str, Any]:
   """Trains (or resumes) and evaluates one variant; returns `evaluate_run`'s results with the
-  run directory and the final training accuracy added."""
+  run directory and the final training accuracy added. `num_train_steps` replaces the
+  recipe's length (a quick check that everything runs; the table then means little)."""
   from calib_jax.config import files
   from calib_jax.evaluation import run as evaluation
   from calib_jax.training import loop, reporting
   config = files.load_config_file(f"{config_path}:{variant}")
   config.seed = seed
+  if num_train_steps is not None:
+    config.num_train_steps = num_train_steps
+    config.checkpoint_every_steps = min(config.checkpoint_every_steps, num_train_steps)
   run_dir = os.path.join(workdir, variant)
   print(f"[{variant}] training {config.loss} {dict(config.loss_kwargs)} into {run_dir}",
         flush=True)
@@ -131,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                       "column, e.g. ce,ls,focal,mbls,acls)")
   parser.add_argument("--seed", type=int, default=0, help="seed of every run")
   parser.add_argument("--config", default=DEFAULT_CONFIG, help="config file to demo")
+  parser.add_argument("--num_train_steps", type=int, default=None,
+                      help="train this many steps instead of the recipe's (a quick check that "
+                      "everything runs; the comparison then means little)")
   parser.add_argument("-v", "--verbosity", type=int, default=None,
                       help="also show the library logs of <workdir>/log.txt on stderr at this "
                       "absl verbosity (0: INFO, 1: DEBUG)")
@@ -141,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo: config file {args.config} not found (packaged recipes: "
           f"{', '.join(files.packaged_configs())})", file=sys.stderr)
     return 1
+  if args.num_train_steps is not None and args.num_train_steps < 1:
+    print(f"demo: --num_train_steps must be >= 1, got {args.num_train_steps}", file=sys.stderr)
+    return 1
   names = [v for v in args.variants.split(",") if v]
   valid = tuple(files.load_config_module(args.config).VARIANTS)
   unknown = [v for v in names if v not in valid]
@@ -150,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1
   console.setup(args.workdir, args.verbosity)
   start = time.monotonic()
-  runs = {name: run_variant(name, args.workdir, args.config, args.seed) for name in names}
+  runs = {name: run_variant(name, args.workdir, args.config, args.seed, args.num_train_steps)
+          for name in names}
   summary = {name: summarize(results) for name, results in runs.items()}
   num_samples = next(iter(runs.values()))["pre_temperature"]["num_samples"]
   with open(os.path.join(args.workdir, SUMMARY_FILE), "w") as f:

@@ -1,0 +1,114 @@
+"""The installed package, away from the source checkout: a wheel built from this checkout holds
+what the installed commands need (the recipes, the entry points), and, unpacked as pip installs
+it, the installed commands run from another directory (the demo for a few steps).
+
+The wheel is built by pip (with build isolation, as a user's `pip install .` builds it) from a
+copy of the package's files, so the checkout gets no build/ or .egg-info. The unpacked wheel is
+put first on PYTHONPATH, ahead of the test environment's editable install of the checkout; each
+check asserts that `calib_jax` was imported from the wheel.
+"""
+import configparser
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = {"calib-jax-train", "calib-jax-eval", "calib-jax-demo", "calib-jax-dry-run"}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> str:
+  source = tmp_path_factory.mktemp("source")
+  for name in ("pyproject.toml", "README.md"):
+    shutil.copy(os.path.join(ROOT, name), source)
+  shutil.copytree(os.path.join(ROOT, "calib_jax"), source / "calib_jax",
+                  ignore=shutil.ignore_patterns("__pycache__"))
+  out = tmp_path_factory.mktemp("dist")
+  built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                          str(out), str(source)], capture_output=True, text=True, check=False)
+  assert built.returncode == 0, built.stderr[-2000:]
+  (path,) = glob.glob(str(out / "calib_jax-*.whl"))
+  return path
+
+
+@pytest.fixture(scope="module")
+def site(wheel, tmp_path_factory) -> str:
+  """The wheel unpacked as pip lays it into site-packages."""
+  target = tmp_path_factory.mktemp("site")
+  with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(target)
+  return str(target)
+
+
+def _entry_points(wheel: str) -> dict[str, str]:
+  with zipfile.ZipFile(wheel) as archive:
+    (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    parser = configparser.ConfigParser()
+    parser.read_string(archive.read(name).decode())
+  return dict(parser["console_scripts"])
+
+
+def _run_script(site: str, entry_point: str, args: list[str], cwd: str) -> subprocess.CompletedProcess:
+  """What pip's console-script wrapper does: import the entry point, call it with argv."""
+  module, function = entry_point.split(":")
+  code = (f"import sys, calib_jax; assert calib_jax.__file__.startswith({site!r}), "
+          f"calib_jax.__file__; from {module} import {function}; sys.argv = {args!r}; "
+          f"sys.exit({function}())")
+  env = {**os.environ, "PYTHONPATH": site}
+  return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
+                        text=True, check=False, timeout=600)
+
+
+def test_the_wheel_holds_the_recipes_and_the_entry_points(wheel):
+  with zipfile.ZipFile(wheel) as archive:
+    names = set(archive.namelist())
+  recipes = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "calib_jax",
+                                                                      "configs", "*.py"))}
+  assert "calib_jax/configs/default.py" in recipes and len(recipes) > 10
+  assert recipes <= names, sorted(recipes - names)
+  assert {"calib_jax/cli/train.py", "calib_jax/cli/evaluate.py", "calib_jax/demo.py",
+          "calib_jax/dry_run/__main__.py"} <= names
+  # Nothing outside the package: no tests, studies or benchmarks in the wheel.
+  assert not [n for n in names if n.split("/")[0] in ("tests", "studies", "bench", "configs")]
+  entry_points = _entry_points(wheel)
+  assert set(entry_points) == SCRIPTS
+  for target in entry_points.values():
+    module, function = target.split(":")
+    assert f"{module.replace('.', '/')}.py" in names, target
+    assert f"def {function}(" in zipfile.ZipFile(wheel).read(
+        f"{module.replace('.', '/')}.py").decode(), target
+
+
+def test_installed_commands_find_their_packaged_recipes_from_any_directory(wheel, site,
+                                                                           tmp_path):
+  entry_points = _entry_points(wheel)
+  for script in ("calib-jax-train", "calib-jax-eval"):
+    # `--config=configs/default.py` does not exist here: it is read from the package, with its
+    # variant and an override; the command then stops at the first thing it lacks.
+    done = _run_script(site, entry_points[script],
+                       [script, "--config=configs/default.py:mbls", "--config.seed=3"],
+                       str(tmp_path))
+    assert done.returncode == 1 and "--workdir is required" in done.stdout + done.stderr, (
+        done.stdout + done.stderr)
+  done = _run_script(site, entry_points["calib-jax-train"],
+                     ["calib-jax-train", "--config=configs/nope.py", f"--workdir={tmp_path}/w"],
+                     str(tmp_path))
+  assert done.returncode == 1 and "nope.py" in done.stderr
+  assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_installed_demo_trains_a_few_steps_from_a_temporary_directory(wheel, site, tmp_path):
+  script = "calib-jax-demo"
+  done = _run_script(site, _entry_points(wheel)[script],
+                     [script, "--workdir=demo", "--variants=ce", "--num_train_steps=5"],
+                     str(tmp_path))
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "[ce] trained in" in done.stdout and "CE" in done.stdout
+  assert (tmp_path / "demo" / "summary.json").is_file()
+  assert (tmp_path / "demo" / "reliability.png").is_file()
+  assert (tmp_path / "demo" / "ce" / "eval_test" / "metrics.json").is_file()

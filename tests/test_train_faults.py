@@ -132,10 +132,14 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_refuses_it_by_step(
   assert _same_files(os.path.join(checkpoint.checkpoint_dir(workdir), "16"), damaged)
 
 
+STEPS_PER_DISPATCH = 4
+
+
 def _train_cmd(workdir, steps):
   return [sys.executable, os.path.join(ROOT, "tests", "fixtures", "train_pausing.py"), *TINY,
           f"--config.num_train_steps={steps}", "--config.eval_every_steps=0",
-          "--config.checkpoint_every_steps=1000", f"--workdir={workdir}"]
+          "--config.checkpoint_every_steps=1000",
+          f"--config.steps_per_dispatch={STEPS_PER_DISPATCH}", f"--workdir={workdir}"]
 
 
 def _env(cache_dir):
@@ -166,15 +170,20 @@ def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted
                           env=dict(env, CALIB_TEST_PAUSE_AT_BATCH=str(pause_at)),
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
-  seen = []
-  for line in proc.stderr:  # Steps 1..11 are done, step 12 waits for its batch.
+  seen, paused, waiting = [], False, False
+  # Calls of 4 steps: the loop waits for call 2 (steps 9..12), whose batch 11 is paused.
+  blocked_call = pause_at // STEPS_PER_DISPATCH
+  for line in proc.stderr:
     seen.append(line)
-    if line.startswith(f"paused before batch {pause_at}"):
+    paused |= line.startswith(f"paused before batch {pause_at}")
+    waiting |= line.startswith(f"waiting for call {blocked_call}")
+    if paused and waiting:
       proc.send_signal(signal.SIGTERM)
       break
   out, err = proc.communicate("go on\n", timeout=300)
   assert proc.returncode == preemption.PREEMPTED_EXIT_CODE, "".join(seen) + err
-  saved = pause_at + 1  # The step in flight is finished, then saved.
+  # The call in flight (steps 9..12) is finished, then saved.
+  saved = (blocked_call + 1) * STEPS_PER_DISPATCH
   assert err.strip().splitlines()[-1] == (
       f"train.py: preempted (SIGTERM): saved checkpoint {saved} in "
       f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), err
@@ -182,7 +191,10 @@ def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted
   resumed = subprocess.run(_train_cmd(workdir, steps), cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
-  assert re.search(rf"^{saved + 1}/{steps} \[", resumed.stderr, re.M), resumed.stderr[-2000:]
+  # The resumed run's first call ends STEPS_PER_DISPATCH steps after the checkpoint.
+  assert re.search(rf"^{saved + STEPS_PER_DISPATCH}/{steps} \[", resumed.stderr, re.M), (
+      resumed.stderr[-2000:])
+  assert not re.search(rf"^{saved}/{steps} \[", resumed.stderr, re.M)
   assert reference.wait(timeout=300) == 0, reference.stderr.read()[-2000:]
   for x, y in zip(jax.tree.leaves(_final_variables(str(tmp_path / "ref"), steps)),
                   jax.tree.leaves(_final_variables(str(workdir), steps)), strict=True):

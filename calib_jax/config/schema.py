@@ -4,7 +4,7 @@ Experiment configs in `configs/` start from `base_config()`, override what their
 recipe says and offer named variants (`calib_jax.config.variants`). Fields:
 
 * run: `seed`, `multihost`, `num_train_steps` / `num_epochs`, `steps_per_epoch`,
-  `stop_after_steps`;
+  `stop_after_steps`, `steps_per_dispatch`;
 * `data`: `name`, `dir`, `splits` (tfds split per role), `options` (every split),
   `train_options` (train only, e.g. ALS's `objectness`/`context_rate`), `batch_size` (global),
   `eval_batch_size`;
@@ -85,6 +85,11 @@ def base_config() -> ml_collections.ConfigDict:
   # End this process after this many steps of *this run* with a checkpoint (-1 = never);
   # running the same command again continues. For job slots with a time limit.
   c.stop_after_steps = -1
+  # Optimiser steps per compiled call (`lax.scan` over a stack of batches): the host's
+  # per-call work (Python, dispatch, input transfer) is paid once per k steps. 0 = auto: the
+  # largest k <= 16 dividing the logging, evaluation and checkpoint intervals, so that every
+  # call is full-length (one compile); 1 = one step per call. See `training/dispatch.py`.
+  c.steps_per_dispatch = 0
 
   # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
   c.optimizer = ml_collections.ConfigDict()

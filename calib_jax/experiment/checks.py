@@ -35,6 +35,9 @@ def run_problems(config: ml_collections.ConfigDict) -> list[str]:
        f"> 0, got {config.eval_every_steps}"),
       (config.stop_after_steps == -1 or config.stop_after_steps > 0,
        f"stop_after_steps must be -1 (off) or > 0, got {config.stop_after_steps}"),
+      (isinstance(config.steps_per_dispatch, int) and config.steps_per_dispatch >= 0,
+       "steps_per_dispatch must be an integer >= 0 (0 = auto, 1 = one step per call), got "
+       f"{config.steps_per_dispatch!r}"),
       (config.dtype in DTYPES,
        f"unknown dtype {config.dtype!r}; valid dtypes: {', '.join(DTYPES)}"),
   ]

@@ -4,7 +4,8 @@
 model, loss, optimiser and data streams, every config problem in one message), restores
 the newest checkpoint of `workdir` if there is one (exact resume: parameters, optimiser state,
 BatchNorm statistics, step, RNG and data position), trains to the configured length with
-periodic checkpoints and validation, and saves the final state. A non-finite loss or gradient
+periodic checkpoints and validation, and saves the final state. Each compiled call runs
+`config.steps_per_dispatch` steps on batches prefetched to the devices (`dispatch`). A non-finite loss or gradient
 stops the run with `NonFiniteLossError` before the bad state can be checkpointed. SIGTERM (a
 preemption notice) saves the step in flight and raises `preemption.Preempted`; a damaged newest
 checkpoint is reported in one warning line, moved aside, and training resumes from the newest
@@ -22,7 +23,7 @@ from absl import logging
 from calib_jax import experiment as experiment_lib
 from calib_jax.evaluation import validation
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import parallel, preemption
+from calib_jax.training import dispatch, parallel, preemption
 from calib_jax.training import step as step_lib
 from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
@@ -30,6 +31,11 @@ from calib_jax.training import state as state_lib
 
 # Steps whose metrics may wait on device before the loop reads them (bounds queued work).
 _MAX_PENDING_STEPS = 100
+
+
+def _per_step(metrics: dict[str, np.ndarray], num_steps: int) -> list[dict[str, np.ndarray]]:
+  """One call's stacked host metrics (`[num_steps]` each) as one dict per step."""
+  return [{k: v[i] for k, v in metrics.items()} for i in range(num_steps)]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -124,13 +130,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     return state
 
   mesh = experiment.mesh
-  train_step = step_lib.jit_train_step(
+  multi_step = step_lib.jit_multi_step(step_lib.scan_steps(
       step_lib.make_train_step(experiment.model, experiment.loss_fn, tx, schedule,
                                sam_rho=config.optimizer.sam_rho, crl_weight=config.crl_weight,
-                               steps_per_epoch=steps_per_epoch),
-      mesh)
-  train_iter = experiment.data.train_stream(start_step, config.seed,
-                                            return_index=config.crl_weight > 0)
+                               steps_per_epoch=steps_per_epoch)), mesh)
   validator = validation.ValidationEvaluator(experiment)
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
@@ -138,8 +141,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   stop_at = total_steps
   if config.stop_after_steps > 0:
     stop_at = min(total_steps, start_step + config.stop_after_steps)
+  # Calls end where the loop logs, evaluates or saves (a multiple of these) or stops.
+  intervals = (config.log_every_steps, eval_every, config.checkpoint_every_steps)
+  steps_per_dispatch = dispatch.resolve_steps_per_dispatch(config.steps_per_dispatch, intervals)
+  logging.info("%d step(s) per dispatch.", steps_per_dispatch)
+  batches = dispatch.Prefetcher(
+      experiment.data.train_stream(start_step, config.seed, return_index=config.crl_weight > 0),
+      dispatch.dispatch_sizes(start_step, stop_at, steps_per_dispatch, intervals),
+      lambda stacked: parallel.to_global(stacked, mesh, stacked=True))
   history: list[dict[str, np.ndarray]] = []   # host metrics of the current logging window
-  pending: list[tuple[int, dict[str, jax.Array]]] = []  # (step, device metrics) not yet read
+  # (last step, steps, stacked device metrics) of the calls whose metrics were not yet read.
+  pending: list[tuple[int, int, dict[str, jax.Array]]] = []
   last_log_time, last_log_step = time.monotonic(), start_step
   status = ""
 
@@ -147,11 +159,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     """Reads the queued steps' metrics (one transfer) and stops at the first non-finite one,
     before anything is saved: the newest checkpoint stays the last good state."""
     nonlocal status
-    host = jax.device_get([m for _, m in pending])
-    for (done, _), metrics in zip(pending, host):
-      if not metrics["finite"]:
-        raise _non_finite_error(metrics, done, checkpointer)
-    history.extend(host)
+    host = jax.device_get([m for _, _, m in pending])
+    for (last, num_steps, _), stacked in zip(pending, host):
+      for offset, metrics in enumerate(_per_step(stacked, num_steps)):
+        if not metrics["finite"]:
+          raise _non_finite_error(metrics, last - num_steps + offset + 1, checkpointer)
+        history.append(metrics)
     pending.clear()
     status = (f"loss {float(history[-1]['loss']):.4f} "
               f"lr {float(history[-1]['learning_rate']):.3g}")
@@ -160,19 +173,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   preempted = False
   try:
     watch.__enter__()
-    for step in range(start_step, stop_at):
-      batch = parallel.to_global(next(train_iter), mesh)
-      state, metrics = train_step(state, batch)
-      done = step + 1
-      pending.append((done, metrics))
-      # Metrics stay on device between reads, so Python keeps dispatching steps ahead of the
+    done = start_step
+    for num_steps, stacked in batches:
+      state, metrics = multi_step(state, stacked)
+      done += num_steps
+      pending.append((done, num_steps, metrics))
+      # Metrics stay on device between reads, so Python keeps dispatching calls ahead of the
       # accelerator; they are read where a decision needs them (log, validation, checkpoint,
-      # end) and at least every _MAX_PENDING_STEPS to bound the work queued ahead.
+      # end) and at least every _MAX_PENDING_STEPS steps to bound the work queued ahead.
       log_now = done % config.log_every_steps == 0 or done == stop_at
       eval_now = eval_every > 0 and (done % eval_every == 0 or done == total_steps)
       preempted = watch.reached(done)  # SIGTERM: save this step and stop.
       save_now = checkpointer.should_save(done) or preempted
-      if log_now or eval_now or save_now or len(pending) >= _MAX_PENDING_STEPS:
+      if (log_now or eval_now or save_now
+          or sum(n for _, n, _ in pending) >= _MAX_PENDING_STEPS):
         read_pending()
       if log_now:
         now = time.monotonic()
@@ -199,6 +213,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     final = int(jax.device_get(state.step))
     checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
   finally:
+    batches.close()
     watch.__exit__()
     checkpointer.close()
     writer.close()

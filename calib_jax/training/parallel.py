@@ -53,6 +53,11 @@ def batch_sharded(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
 
 
+def stacked_batch_sharded(mesh: Mesh) -> NamedSharding:
+  """Sharding of a stack of batches `[k, batch, ...]`: the batch axis split over the mesh."""
+  return NamedSharding(mesh, PartitionSpec(None, DATA_AXIS))
+
+
 def local_batch_size(global_batch_size: int) -> int:
   """This process's share of a global batch (an error if it does not divide evenly)."""
   if global_batch_size % jax.process_count():
@@ -61,9 +66,11 @@ def local_batch_size(global_batch_size: int) -> int:
   return global_batch_size // jax.process_count()
 
 
-def to_global(batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """Assembles each process's host-local batch into global arrays sharded over the mesh."""
-  sharding = batch_sharded(mesh)
+def to_global(batch: Mapping[str, np.ndarray], mesh: Mesh, *,
+              stacked: bool = False) -> dict[str, jax.Array]:
+  """Assembles each process's host-local batch into global arrays sharded over the mesh
+  (`stacked`: a `[k, batch, ...]` stack of batches, sharded along the batch axis)."""
+  sharding = stacked_batch_sharded(mesh) if stacked else batch_sharded(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in batch.items()}
 

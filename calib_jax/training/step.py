@@ -132,6 +132,32 @@ def jit_train_step(train_step: Callable, mesh: jax.sharding.Mesh) -> Callable:
       donate_argnums=(0,))
 
 
+def scan_steps(train_step: Callable) -> Callable:
+  """Several optimiser steps in one call: `multi_step(state, batches) -> (state, metrics)`.
+
+  `batches` stacks k batches on a leading axis (`[k, batch, ...]`); `lax.scan` applies
+  `train_step` to each in order, so the result is k calls of `train_step`, and each metric
+  comes back stacked `[k]`, one value per step. `train_step` is any un-jitted
+  `(state, batch) -> (state, metrics)`: the single step of `make_train_step`, or a sweep's
+  step vmapped over members.
+  """
+
+  def multi_step(state, batches):
+    return jax.lax.scan(train_step, state, batches)
+
+  return multi_step
+
+
+def jit_multi_step(multi_step: Callable, mesh: jax.sharding.Mesh) -> Callable:
+  """Compiles `scan_steps(...)` for the mesh: state replicated (and donated), each batch of the
+  stack sharded along its batch axis. Stacks of another length compile once more."""
+  return jax.jit(
+      multi_step,
+      in_shardings=(parallel.replicated(mesh), parallel.stacked_batch_sharded(mesh)),
+      out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
+      donate_argnums=(0,))
+
+
 def make_predict_fn(model: nn.Module, mesh: jax.sharding.Mesh) -> Callable[[Any, Batch], jax.Array]:
   """Returns jitted `predict(variables, batch) -> float32 logits`, sharded like the batch."""
 

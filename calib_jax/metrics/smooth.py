@@ -44,7 +44,7 @@ Where this differs from relplot 1.0, and why:
 * float32 instead of float64, and relplot's test of `σ = 1` before the
   bisection is skipped: it can never pass, since `smECE_σ ≤ 1` for any data.
 
-Against relplot 1.0.3 (`bench/crosscheck_relplot.py`): the same σ on every case run, values
+Against relplot 1.0.3 (`crosscheck/relplot_smece.py`): the same σ on every case run, values
 within 2.4e-7 relative where σ ≥ 0.01 and 6.4e-4 where it is below.
 """
 import functools

@@ -9,16 +9,18 @@ test; needs scikit-learn and scipy):
 Prints the largest absolute difference of the calibrated test probabilities and, for the
 scaling fits, of the objective.
 
-  .venv/bin/python bench/crosscheck_calibrators.py --n 5000 --classes 10
+  .venv/bin/python crosscheck/calibrators.py --n 5000 --classes 10
 """
-import argparse
-
+from absl import app, flags
 import jax
 import numpy as np
 from scipy import optimize
 from sklearn.isotonic import IsotonicRegression
 
 from calib_jax import posthoc
+
+_N = flags.DEFINE_integer("n", 5000, "samples in the fitting set and in the test set")
+_CLASSES = flags.DEFINE_integer("classes", 10, "classes C")
 
 
 def _softmax(z):
@@ -82,15 +84,14 @@ def _scipy_affine(features, labels, kind, odir_lambda=1.0, odir_mu=1.0):
   return apply, result.fun
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--n", type=int, default=5000)
-  parser.add_argument("--classes", type=int, default=10)
-  args = parser.parse_args()
-  z, y = _data(args.n, args.classes, 0)
-  zq, _ = _data(args.n, args.classes, 1)
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  n, num_classes = _N.value, _CLASSES.value
+  z, y = _data(n, num_classes, 0)
+  zq, _ = _data(n, num_classes, 1)
   p, pq = np.asarray(jax.nn.softmax(z)), np.asarray(jax.nn.softmax(zq))
-  print(f"N = {args.n}, C = {args.classes}; max |calib_jax − reference| of test probabilities")
+  print(f"N = {n}, C = {num_classes}; max |calib_jax − reference| of test probabilities")
 
   cal = posthoc.fit_calibrator("isotonic", z, y)
   iso = IsotonicRegression(out_of_bounds="clip").fit(p.max(1).astype(np.float64),
@@ -101,7 +102,7 @@ def main():
   cal = posthoc.fit_calibrator("isotonic_ovr", z, y)
   per_class = np.stack([IsotonicRegression(out_of_bounds="clip").fit(
       p[:, k].astype(np.float64), (y == k).astype(np.float64)).predict(
-          pq[:, k].astype(np.float64)) for k in range(args.classes)], 1)
+          pq[:, k].astype(np.float64)) for k in range(num_classes)], 1)
   ref = per_class / per_class.sum(1, keepdims=True)
   print(f"isotonic_ovr  vs sklearn IsotonicRegression: {np.abs(cal(zq) - ref).max():.2e}")
 
@@ -116,4 +117,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

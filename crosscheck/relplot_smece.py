@@ -7,8 +7,9 @@ below 0.01 on a per-bandwidth grid that calib_jax replaces by one 5121-point gri
 whose smooth ECE is below 0.01 differ by the grid's discretisation (~1e-3 relative); the rest
 agree to float32 rounding.
 
-  python bench/crosscheck_relplot.py
+  python crosscheck/relplot_smece.py
 """
+from absl import app
 import numpy as np
 
 from calib_jax import metrics
@@ -31,7 +32,9 @@ def cases(n, rng):
   yield "sigmoid-shaped, calibrated", f, rng.random(n) < f
 
 
-def main():
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   import relplot  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   print("| case | N | calib_jax smECE (σ) | relplot smECE (σ) | relative difference |")
@@ -48,4 +51,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -1,0 +1,67 @@
+"""What the speed scripts of bench/ share: the synthetic probabilities, the timer, the machine
+line (CPU, versions and load average) and numpy's binned ECE (not a program)."""
+import os
+import platform
+import statistics
+import time
+
+import jax
+import numpy as np
+
+NUM_BINS = 15
+
+
+def probabilities(n: int, c: int, seed: int = 0):
+  """Softmax of random logits, built in chunks to bound peak memory."""
+  rng = np.random.default_rng(seed)
+  probs = np.empty((n, c), np.float32)
+  labels = np.empty(n, np.int64)
+  step = max(1, (1 << 24) // c)
+  for lo in range(0, n, step):
+    hi = min(n, lo + step)
+    z = rng.standard_normal((hi - lo, c), dtype=np.float32) * 3.0
+    z -= z.max(1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(1, keepdims=True)
+    probs[lo:hi] = z
+    agree = rng.random(hi - lo) < 0.7
+    labels[lo:hi] = np.where(agree, z.argmax(1), rng.integers(0, c, hi - lo))
+  return probs, labels
+
+
+def median_seconds(fn, repeats: int, compiled: bool = True) -> float:
+  """Median seconds of `repeats` runs after a warm-up (compilation for jitted functions).
+
+  Uncompiled baselines whose first run already takes > 5 s are timed by that run alone.
+  """
+  start = time.perf_counter()
+  jax.block_until_ready(fn())
+  first = time.perf_counter() - start
+  if not compiled and first > 5.0:
+    return first
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def machine() -> str:
+  cpu = platform.processor() or "unknown CPU"
+  try:
+    with open("/proc/cpuinfo") as f:
+      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    cpu = f"{names[0]} x{len(names)} logical cores" if names else cpu
+  except OSError:
+    pass
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  return (f"{cpu}; jax {jax.__version__} ({jax.default_backend()}), numpy {np.__version__}; "
+          f"1-min load average at start {load:.1f}")
+
+
+def np_ece(p, y):
+  conf, correct = p.max(1), p.argmax(1) == y
+  b = np.clip(np.ceil(conf * NUM_BINS).astype(np.int64) - 1, 0, NUM_BINS - 1)
+  gap = np.bincount(b, correct, NUM_BINS) - np.bincount(b, conf, NUM_BINS)
+  return np.abs(gap).sum() / len(y)

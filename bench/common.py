@@ -1,5 +1,6 @@
 """What the speed scripts of bench/ share: the synthetic probabilities, the timer, the machine
-line (CPU, versions and load average) and numpy's binned ECE (not a program)."""
+line (CPU, versions and load average), numpy's binned ECE and the logits of the post-hoc fits
+(not a program)."""
 import os
 import platform
 import statistics
@@ -65,3 +66,19 @@ def np_ece(p, y):
   b = np.clip(np.ceil(conf * NUM_BINS).astype(np.int64) - 1, 0, NUM_BINS - 1)
   gap = np.bincount(b, correct, NUM_BINS) - np.bincount(b, conf, NUM_BINS)
   return np.abs(gap).sum() / len(y)
+
+
+def overconfident_logits(n: int, c: int, seed: int = 0):
+  """Overconfident logits (labels drawn from softmax(z / 2)), built in chunks."""
+  rng = np.random.default_rng(seed)
+  logits = np.empty((n, c), np.float32)
+  labels = np.empty(n, np.int32)
+  step = max(1, (1 << 22) // c)
+  for lo in range(0, n, step):
+    hi = min(n, lo + step)
+    z = rng.standard_normal((hi - lo, c), dtype=np.float32) * 4.0
+    p = np.exp(z / 2 - (z / 2).max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    logits[lo:hi] = z
+    labels[lo:hi] = (p.cumsum(1) > rng.random((hi - lo, 1))).argmax(1)
+  return logits, labels

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from calib_jax import posthoc
+from common import overconfident_logits  # bench/ is the script's folder
 
 _SIZES = flags.DEFINE_string("sizes", "1e5,1e6", "comma-separated N")
 _CLASSES = flags.DEFINE_string("classes", "10,100", "comma-separated C")
@@ -32,22 +33,6 @@ _METHODS = flags.DEFINE_string("methods", "vector,matrix,dirichlet,isotonic,isot
                                "comma-separated calibrator names to time")
 _NO_SKLEARN = flags.DEFINE_boolean("no-sklearn", False, "leave out scikit-learn")
 _QUICK = flags.DEFINE_boolean("quick", False, "N = 1e4, C = 10")
-
-
-def _data(n: int, c: int, seed: int = 0):
-  """Overconfident logits (labels drawn from softmax(z / 2)), built in chunks."""
-  rng = np.random.default_rng(seed)
-  logits = np.empty((n, c), np.float32)
-  labels = np.empty(n, np.int32)
-  step = max(1, (1 << 22) // c)
-  for lo in range(0, n, step):
-    hi = min(n, lo + step)
-    z = rng.standard_normal((hi - lo, c), dtype=np.float32) * 4.0
-    p = np.exp(z / 2 - (z / 2).max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    logits[lo:hi] = z
-    labels[lo:hi] = (p.cumsum(1) > rng.random((hi - lo, 1))).argmax(1)
-  return logits, labels
 
 
 def _time(fn, repeats: int):
@@ -73,7 +58,7 @@ def main(argv: list[str]) -> None:
   print(f"{'N':>9} {'C':>5} {'method':<14} {'first':>8} {'fit':>8}  detail")
   for n in sizes:
     for c in classes:
-      logits, labels = _data(n, c)
+      logits, labels = overconfident_logits(n, c)
       runs = [("vector", {"max_iter": _MAX_ITER.value}),
               ("matrix", {"max_iter": _MAX_ITER.value}),
               ("dirichlet", {"max_iter": _MAX_ITER.value}),

@@ -1,6 +1,7 @@
 """Cross-check calib_jax.conformal against MAPIE's split-conformal classifier (a bench extra).
 
-Run in a venv with MAPIE (not a test dependency):
+Run in a venv with MAPIE (not a test dependency; with torch-uncertainty installed its THR and APS
+are compared too):
 
     python3 -m venv /work/venvs/conformal
     /work/venvs/conformal/bin/pip install jax mapie
@@ -71,6 +72,28 @@ def _mapie(score: str, probs, labels, test, alpha, params=None):
   return qhat, sets
 
 
+def _torch_uncertainty(probs, labels, test, alpha):
+  """torch-uncertainty 0.13's THR and APS (not randomised) on the same probabilities (its
+  model is the identity on their logs; its temperature scaling is off): `(name, q̂, sets)`."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+    from torch_uncertainty import post_processing as tu  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    print(f"torch-uncertainty unavailable: {e}")
+    return []
+  loader = [(torch.log(torch.from_numpy(probs)), torch.from_numpy(labels.astype(np.int64)))]
+  out = []
+  for name, method in (("thr", tu.ConformalClsTHR(alpha, model=torch.nn.Identity(),
+                                                  enable_ts=False)),
+                       ("aps randomized=False", tu.ConformalClsAPS(
+                           alpha, model=torch.nn.Identity(), randomized=False,
+                           enable_ts=False))):
+    method.fit(loader)
+    sets = method.conformal(torch.log(torch.from_numpy(test))).numpy() > 0
+    out.append((f"torch-uncertainty {name}", float(method.q_hat), sets))
+  return out
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -95,12 +118,19 @@ def main(argv: list[str]) -> None:
       q, sets = _mapie("lac", probs[cal], labels[cal], probs[test], alpha)
       row("calib_jax thr", float(ours.qhat), ours_sets)
       row("mapie lac", q, sets, ours_sets)
+      references = _torch_uncertainty(probs[cal], labels[cal], probs[test], alpha)
+      for label, q, sets in references[:1]:
+        row(label, q, sets, ours_sets)
 
       for randomized in (False, True):
         p = conformal.fit("aps", probs[cal], labels[cal], alpha, from_logits=False,
                           randomized=randomized, key=jax.random.key(0))
-        row(f"calib_jax aps randomized={randomized}", float(p.qhat),
-            np.asarray(p(probs[test], key=jax.random.key(1))))
+        p_sets = np.asarray(p(probs[test], key=jax.random.key(1)))
+        row(f"calib_jax aps randomized={randomized}", float(p.qhat), p_sets)
+        if not randomized:
+          aps_sets = p_sets
+      for label, q, sets in references[1:]:
+        row(label, q, sets, aps_sets)
       for last in (True, "randomized", False):
         q, sets = _mapie("aps", probs[cal], labels[cal], probs[test], alpha,
                          {"include_last_label": last})

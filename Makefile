@@ -61,11 +61,16 @@ accelerators: $(TPU_STAMP)
 	$(GPU_VENV)/bin/python bench/accelerator_zoo.py --part=gpu
 	$(PY) bench/accelerator_zoo.py --part=render
 
-# ECE and AECE against torchmetrics and torch-uncertainty (the `bench` extra): the values the
-# speed benchmarks compare must agree first.
+# The reference cross-checks (the `bench` extra): ECE and AECE against torchmetrics and
+# torch-uncertainty, smooth ECE against relplot, the post-hoc calibrators against scikit-learn,
+# scipy, netcal and torch-uncertainty, conformal sets against MAPIE and torch-uncertainty. The
+# values the speed benchmarks compare must agree first.
 crosscheck: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) crosscheck/torch_metrics.py
+	$(PY) crosscheck/relplot_smece.py
+	$(PY) crosscheck/calibrators.py --n 5000 --classes 10
+	$(PY) crosscheck/conformal.py --n_cal=5000 --n_test=20000 --classes=10,100
 
 # Benchmarks print numbers (BENCHMARKS.md records them with the machine they ran on); these are
 # the exact commands behind its tables (13 min on 2 idle cores).
@@ -74,6 +79,8 @@ bench: crosscheck
 	$(PY) bench/metrics_speed.py --sizes 1e5,1e6,1e7 --classes 10 --baseline-cap-s 60
 	$(PY) bench/metrics_speed.py --sizes 1e5,3e5,1e6 --classes 1000 --baseline-cap-s 30 \
 	    --skip "torch-uncertainty classwise"
+	$(PY) bench/toolkit_speed.py --sizes=1e5,1e6 --classes=10,1000
+	$(PY) bench/posthoc_speed.py --sizes 1e5,1e6 --classes 10,100
 	$(PY) bench/train_step.py
 	$(PY) bench/input_pipeline.py --batches 25 --repeats 3
 	$(PY) bench/scaling.py --steps 3 --repeats 3

@@ -11,19 +11,13 @@ the memory-bound floor for any metric that must look at every probability.
 Sizes whose probability array exceeds --max-gb are skipped (1e7 x 1000 floats is 40 GB), and
 the torch libraries are skipped above --torch-max-gb (they make several copies of the array).
 """
-import os
-import platform
-import statistics
-import time
-
 from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from calib_jax import metrics
-
-NUM_BINS = 15
+from common import NUM_BINS, machine, median_seconds, np_ece, probabilities  # bench/ is the script's folder
 _SIZES = flags.DEFINE_string("sizes", "1e5,1e6,1e7", "comma-separated sample counts N")
 _CLASSES = flags.DEFINE_string("classes", "10,1000", "comma-separated class counts C")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "timed runs after the warm-up (median)")
@@ -42,50 +36,7 @@ _NO_NUMPY = flags.DEFINE_boolean("no-numpy", False, "leave out the numpy baselin
 _QUICK = flags.DEFINE_boolean("quick", False, "N=1e4,1e5; C=10,100; 1 repeat")
 
 
-def _probs(n: int, c: int, seed: int = 0):
-  """Softmax of random logits, built in chunks to bound peak memory."""
-  rng = np.random.default_rng(seed)
-  probs = np.empty((n, c), np.float32)
-  labels = np.empty(n, np.int64)
-  step = max(1, (1 << 24) // c)
-  for lo in range(0, n, step):
-    hi = min(n, lo + step)
-    z = rng.standard_normal((hi - lo, c), dtype=np.float32) * 3.0
-    z -= z.max(1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(1, keepdims=True)
-    probs[lo:hi] = z
-    agree = rng.random(hi - lo) < 0.7
-    labels[lo:hi] = np.where(agree, z.argmax(1), rng.integers(0, c, hi - lo))
-  return probs, labels
-
-
-def _time(fn, repeats: int, compiled: bool = True) -> float:
-  """Median seconds of `repeats` runs after a warm-up (compilation for jitted functions).
-
-  Uncompiled baselines whose first run already takes > 5 s are timed by that run alone.
-  """
-  start = time.perf_counter()
-  jax.block_until_ready(fn())
-  first = time.perf_counter() - start
-  if not compiled and first > 5.0:
-    return first
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 # ------------------------------------------------------------------ numpy baselines
-def np_ece(p, y):
-  conf, correct = p.max(1), p.argmax(1) == y
-  b = np.clip(np.ceil(conf * NUM_BINS).astype(np.int64) - 1, 0, NUM_BINS - 1)
-  gap = np.bincount(b, correct, NUM_BINS) - np.bincount(b, conf, NUM_BINS)
-  return np.abs(gap).sum() / len(y)
-
-
 def np_aece(p, y):
   conf, correct = p.max(1), p.argmax(1) == y
   order = np.argsort(conf)
@@ -179,19 +130,6 @@ def _skip_note(seconds: float, n: float) -> str:
   return f"skipped: took {seconds:.0f} s at N={n:.0e}"
 
 
-def _machine() -> str:
-  cpu = platform.processor() or "unknown CPU"
-  try:
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = f"{names[0]} x{len(names)} logical cores" if names else cpu
-  except OSError:
-    pass
-  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  return (f"{cpu}; jax {jax.__version__} ({jax.default_backend()}), numpy {np.__version__}; "
-          f"1-min load average at start {load:.1f}")
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -202,7 +140,7 @@ def main(argv: list[str]) -> None:
   sizes = [int(float(s)) for s in sizes_text.split(",")]
   classes = [int(c) for c in classes_text.split(",")]
   max_gb, baseline_cap_s = _MAX_GB.value, _BASELINE_CAP_S.value
-  print(f"machine: {_machine()}")
+  print(f"machine: {machine()}")
   too_slow = {}  # baseline name -> (seconds, N) of the run that exceeded --baseline-cap-s
   for name in filter(None, (x.strip() for x in _SKIP.value.split(","))):
     too_slow[name] = (float("nan"), float("nan"))
@@ -214,13 +152,13 @@ def main(argv: list[str]) -> None:
       if gb > max_gb:
         print(f"| {c} | {n:.0e} | {gb:.1f} | all | – | skipped: over --max-gb {max_gb} |")
         continue
-      p_np, y_np = _probs(n, c)
+      p_np, y_np = probabilities(n, c)
       p, y = jnp.asarray(p_np), jnp.asarray(y_np.astype(np.int32))
       rows = []
-      read = _time(lambda f=jax.jit(jnp.sum): f(p), repeats)
+      read = median_seconds(lambda f=jax.jit(jnp.sum): f(p), repeats)
       rows.append(("read (XLA sum of probs)", read, "memory-bound floor"))
       for name, fn in _jax_fns(p, y).items():
-        t = _time(fn, repeats)
+        t = median_seconds(fn, repeats)
         rows.append((name, t, f"{t / read:.1f}x read"))
       jax_times = {name.split(" ", 1)[1]: t for name, t, _ in rows if name.startswith("calib_jax")}
       if not _NO_NUMPY.value and gb <= _NUMPY_MAX_GB.value:
@@ -230,7 +168,7 @@ def main(argv: list[str]) -> None:
           if label in too_slow:
             rows.append((label, float("nan"), _skip_note(*too_slow[label])))
             continue
-          t = _time(lambda fn=fn: fn(p_np, y_np), repeats, compiled=False)
+          t = median_seconds(lambda fn=fn: fn(p_np, y_np), repeats, compiled=False)
           if t > baseline_cap_s:
             too_slow[label] = (t, n)
           rows.append((label, t, f"calib_jax {t / jax_times[name]:.1f}x faster"))
@@ -239,7 +177,7 @@ def main(argv: list[str]) -> None:
           if name in too_slow:
             rows.append((name, float("nan"), _skip_note(*too_slow[name])))
             continue
-          t = _time(fn, repeats, compiled=False)
+          t = median_seconds(fn, repeats, compiled=False)
           if t > baseline_cap_s:
             too_slow[name] = (t, n)
           metric = name.rsplit(" ", 1)[1]

@@ -11,32 +11,28 @@ comparison favours scikit-learn slightly.
   .venv/bin/python bench/posthoc_speed.py --sizes 1e5,1e6 --classes 10,100
   .venv/bin/python bench/posthoc_speed.py --quick            # seconds, for a smoke run
 """
-import argparse
 import os
 import platform
 import statistics
 import time
 
+from absl import app, flags
 import jax
 import numpy as np
 
 from calib_jax import posthoc
+from common import overconfident_logits  # bench/ is the script's folder
 
-
-def _data(n: int, c: int, seed: int = 0):
-  """Overconfident logits (labels drawn from softmax(z / 2)), built in chunks."""
-  rng = np.random.default_rng(seed)
-  logits = np.empty((n, c), np.float32)
-  labels = np.empty(n, np.int32)
-  step = max(1, (1 << 22) // c)
-  for lo in range(0, n, step):
-    hi = min(n, lo + step)
-    z = rng.standard_normal((hi - lo, c), dtype=np.float32) * 4.0
-    p = np.exp(z / 2 - (z / 2).max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    logits[lo:hi] = z
-    labels[lo:hi] = (p.cumsum(1) > rng.random((hi - lo, 1))).argmax(1)
-  return logits, labels
+_SIZES = flags.DEFINE_string("sizes", "1e5,1e6", "comma-separated N")
+_CLASSES = flags.DEFINE_string("classes", "10,100", "comma-separated C")
+_REPEATS = flags.DEFINE_integer("repeats", 1,
+                                "timed fits after the first; 0: the first only (fit = nan)")
+_MAX_ITER = flags.DEFINE_integer("max-iter", 200, "L-BFGS steps at most")
+_OVR_MAX = flags.DEFINE_float("ovr-max", 1e7, "largest N*C for isotonic_ovr")
+_METHODS = flags.DEFINE_string("methods", "vector,matrix,dirichlet,isotonic,isotonic_ovr",
+                               "comma-separated calibrator names to time")
+_NO_SKLEARN = flags.DEFINE_boolean("no-sklearn", False, "leave out scikit-learn")
+_QUICK = flags.DEFINE_boolean("quick", False, "N = 1e4, C = 10")
 
 
 def _time(fn, repeats: int):
@@ -51,39 +47,29 @@ def _time(fn, repeats: int):
   return first, statistics.median(times) if times else float("nan"), out
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--sizes", default="1e5,1e6", help="comma-separated N")
-  parser.add_argument("--classes", default="10,100", help="comma-separated C")
-  parser.add_argument("--repeats", type=int, default=1,
-                      help="timed fits after the first; 0: the first only (fit = nan)")
-  parser.add_argument("--max-iter", type=int, default=200, help="L-BFGS steps at most")
-  parser.add_argument("--ovr-max", type=float, default=1e7, help="largest N*C for isotonic_ovr")
-  parser.add_argument("--methods", default="vector,matrix,dirichlet,isotonic,isotonic_ovr",
-                      help="comma-separated calibrator names to time")
-  parser.add_argument("--no-sklearn", action="store_true")
-  parser.add_argument("--quick", action="store_true", help="N = 1e4, C = 10")
-  args = parser.parse_args()
-  repeats_run = args.repeats > 0
-  sizes = [10_000] if args.quick else [int(float(s)) for s in args.sizes.split(",")]
-  classes = [10] if args.quick else [int(c) for c in args.classes.split(",")]
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  repeats_run = _REPEATS.value > 0
+  sizes = [10_000] if _QUICK.value else [int(float(s)) for s in _SIZES.value.split(",")]
+  classes = [10] if _QUICK.value else [int(c) for c in _CLASSES.value.split(",")]
   print(f"# jax {jax.__version__} on {jax.devices()[0].platform} ({platform.processor() or '?'},"
         f" {os.cpu_count()} cores); seconds; first = compile + one fit")
   print(f"{'N':>9} {'C':>5} {'method':<14} {'first':>8} {'fit':>8}  detail")
   for n in sizes:
     for c in classes:
-      logits, labels = _data(n, c)
-      runs = [("vector", {"max_iter": args.max_iter}),
-              ("matrix", {"max_iter": args.max_iter}),
-              ("dirichlet", {"max_iter": args.max_iter}),
+      logits, labels = overconfident_logits(n, c)
+      runs = [("vector", {"max_iter": _MAX_ITER.value}),
+              ("matrix", {"max_iter": _MAX_ITER.value}),
+              ("dirichlet", {"max_iter": _MAX_ITER.value}),
               ("isotonic", {})]
-      if n * c <= args.ovr_max:
+      if n * c <= _OVR_MAX.value:
         runs.append(("isotonic_ovr", {}))
-      runs = [(name, kw) for name, kw in runs if name in args.methods.split(",")]
+      runs = [(name, kw) for name, kw in runs if name in _METHODS.value.split(",")]
       iso_time = float("nan")
       for name, kw in runs:
         first, fit, cal = _time(lambda: posthoc.fit_calibrator(name, logits, labels, **kw),
-                                args.repeats)
+                                _REPEATS.value)
         if name == "isotonic":
           iso_time = fit if repeats_run else first
         detail = ""
@@ -94,18 +80,18 @@ def main():
         elif "rounds" in cal.params:
           detail = f"PAV rounds {np.max(np.asarray(cal.rounds))}"
         print(f"{n:>9} {c:>5} {name:<14} {first:>8.3f} {fit:>8.3f}  {detail}", flush=True)
-      if not args.no_sklearn:
+      if not _NO_SKLEARN.value:
         from sklearn.isotonic import IsotonicRegression  # pylint: disable=import-outside-toplevel
         z = logits.astype(np.float64)
         p = np.exp(z - z.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
         conf, correct = p.max(1), (p.argmax(1) == labels).astype(np.float64)
         first, fit, _ = _time(
-            lambda: IsotonicRegression(out_of_bounds="clip").fit(conf, correct), args.repeats)
+            lambda: IsotonicRegression(out_of_bounds="clip").fit(conf, correct), _REPEATS.value)
         sk_time = fit if repeats_run else first
         print(f"{n:>9} {c:>5} {'sklearn iso':<14} {first:>8.3f} {fit:>8.3f}  calib_jax isotonic "
               f"/ sklearn = {iso_time / sk_time:.2f}", flush=True)
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

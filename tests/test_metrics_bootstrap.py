@@ -1,6 +1,7 @@
 """Bootstrap intervals: calibration, smooth, selective and detection metrics; statistical
 properties checked against closed forms and a numpy bootstrap written here."""
 import functools
+import importlib
 
 import jax
 import numpy as np
@@ -94,3 +95,32 @@ def test_bad_input():
     metrics.bootstrap(metrics.ece)
   with pytest.raises(ValueError, match="mask selects no entries"):
     metrics.bootstrap(metrics.ece, probs, labels, mask=np.zeros(20, bool))
+
+
+def test_index_draws_are_the_exact_high_word_and_uniform():
+  # The module (the package's `bootstrap` attribute is the function).
+  bootstrap_lib = importlib.import_module("calib_jax.metrics.bootstrap")
+  words = np.array([0, 1, 65535, 65536, 2**31, 2**32 - 1, 123456789, 3141592653], np.uint32)
+  for n in (1, 7, 1000, 10**6, 2**22, 2**31 - 1):
+    want = [(int(w) * n) >> 32 for w in words]   # Python integers: the exact floor(u·n/2³²)
+    np.testing.assert_array_equal(bootstrap_lib._scale_to_range(jax.numpy.asarray(words), n),
+                                  want)
+  counts = np.bincount(np.asarray(bootstrap_lib._draw_indices(jax.random.key(0), 70000, 7)),
+                       minlength=7)
+  assert counts.shape == (7,)
+  # Binomial(70000, 1/7): mean 10000, sd 92.6; 5 sd either side.
+  assert np.all(np.abs(counts - 10000) < 5 * 92.6), counts
+
+
+@pytest.mark.parametrize("metric", [metrics.ece, functools.partial(metrics.aece, num_bins=10),
+                                    metrics.smooth_ece])
+def test_top_label_metrics_resample_two_column_rows_with_the_same_result(metric):
+  """The bootstrap reduces `[N, C]` to `[conf, 0]` rows for top-label metrics; the same
+  resamples of rows built here give the same interval."""
+  probs, labels = _data(600, 7, c=12)
+  rows = np.stack([probs.max(1), np.zeros(600, np.float32)], 1)
+  right = np.where(probs.argmax(1) == labels, 0, 1)
+  full = metrics.bootstrap(metric, probs, labels, num_samples=40, key=jax.random.key(2))
+  reduced = metrics.bootstrap(metric, rows, right, num_samples=40, key=jax.random.key(2))
+  for name in ("value", "lower", "upper", "std"):
+    np.testing.assert_allclose(full[name], reduced[name], rtol=1e-6, atol=1e-7)

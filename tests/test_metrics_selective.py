@@ -1,6 +1,5 @@
 """Tie-aware selective metrics against numpy (docs/conventions.md#selective-classification)."""
 import itertools
-import math
 
 import jax
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 from calib_jax import metrics
 from calib_jax.metrics import _ranking
 from calib_jax.metrics import _sorting
+from calib_jax.metrics import selective
 
 N = 400
 
@@ -56,7 +56,7 @@ def ref_coverage_at_risk(scores, correct, risk):
 
 def ref_risk_at_coverage(scores, correct, coverage):
   e, _ = ref_tie_errors(scores, correct)
-  k = max(1, math.ceil(coverage * len(e)))
+  k = max(1, -(-round(coverage * 10**6) * len(e) // 10**6))  # ceil, coverage in ppm
   return e[k - 1] / k
 
 
@@ -239,3 +239,28 @@ def test_one_shot_metrics_accept_inputs_sharded_over_eight_devices():
   with jax.set_mesh(mesh):
     value = jax.block_until_ready(jax.jit(metrics.aurc)(s, c))
   np.testing.assert_allclose(value, ref_aurc(scores, correct), atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 7, 10, 999_999, 1_000_000, 4_194_301, 16_777_217,
+                               123_456_789, 2**31 - 1])
+def test_coverage_index_is_exact_integer_ceil_at_any_size(n):
+  """k = ceil(coverage·n) with the coverage in parts per million, checked in Python integers
+  (float32 `coverage·n` is off by one from n ≈ 4e6 on; float64 `0.7·10` is 7.000000000000001)."""
+  coverages = (1e-6, 0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.999999, 1.0)
+  want = [min(max(1, -(-round(c * 10**6) * n // 10**6)), n) for c in coverages]
+  got_static = [int(selective.coverage_index(c, n)) for c in coverages]
+  got_traced = jax.jit(jax.vmap(selective.coverage_index, in_axes=(0, None)))(
+      np.asarray(coverages, np.float32), np.int32(n))
+  assert got_static == want
+  np.testing.assert_array_equal(got_traced, want)
+
+
+def test_risk_at_coverage_masked_and_unmasked_use_the_same_k():
+  scores, correct = _data(3)
+  scores = np.round(scores, 3).astype(np.float32)
+  mask = np.ones(len(scores), bool)
+  for c in (0.1, 0.3, 0.7, 0.95):
+    np.testing.assert_array_equal(metrics.risk_at_coverage(scores, correct, c),
+                                  metrics.risk_at_coverage(scores, correct, c, mask=mask))
+    np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, c),
+                               ref_risk_at_coverage(scores, correct, c), atol=1e-6)

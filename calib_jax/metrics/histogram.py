@@ -18,7 +18,6 @@ errors spread evenly inside it, `AURC = Σ_bins Σ_{t=1}^{m} (E_a + t·e/m)/(a +
 splitting a fine bin proportionally, and applies `calibration.ece_from_bins` to the groups.
 """
 import functools
-import math
 from typing import Sequence
 
 import flax.struct
@@ -122,7 +121,8 @@ def _selective_from_histogram(m, e, score_bits: int, risks, coverages) -> dict:
     ok = (m > 0) & (e_end <= q * np.maximum(k_end, 1))
     out[selective.coverage_at_risk_key(q)] = safe_div(np.max(np.where(ok, k_end, 0)), n)
   for c in coverages:
-    k = min(max(1, math.ceil(c * n)), max(n, 1))
+    # selective.coverage_index's formula in Python integers (n may exceed int32 here).
+    k = min(max(1, -(-selective.coverage_ppm(c) * n // selective.COVERAGE_RESOLUTION)), max(n, 1))
     j = min(int(np.searchsorted(k_end, k, side="left")), len(m) - 1)
     out[selective.risk_at_coverage_key(c)] = safe_div(
         e_before[j] + (k - a[j]) * mean_err[j], k if n else 0)

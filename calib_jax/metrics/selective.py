@@ -9,11 +9,11 @@ error counts as the group's mean error (the expectation over the orderings of th
 * `risk_coverage_curve`: coverage `k/n`, risk `E_k/k`, k = 1..n;
 * `aurc = mean_k E_k/k`; `eaurc = aurc − aurc_opt` (errors ranked last); `augrc = mean_k E_k/n`;
 * `coverage_at_risk`: largest `k/n` at a tie-group boundary with `E_k/k ≤ risk` (0 if none);
-* `risk_at_coverage`: `E_k/k` at `k = ceil(coverage·n)`.
+* `risk_at_coverage`: `E_k/k` at `k = ceil(coverage·n)`, the coverage read in parts per million
+  (`coverage_index`, exact integer arithmetic).
 
 All are jit-able; errors and the tie bookkeeping are int32, risks float32.
 """
-import math
 import numbers
 from typing import NamedTuple, Optional
 
@@ -68,11 +68,38 @@ def _coverage_at_risk_from_ranked(r: RankedErrors, risk) -> jax.Array:
   return jnp.max(jnp.where(ok, k, 0)).astype(jnp.float32) / r.n.astype(jnp.float32)
 
 
-def _coverage_index(coverage, n: jax.Array) -> jax.Array:
-  """`k = ceil(coverage·n)` in [1, n]; the float32 product is snapped to a nearby integer."""
-  x = jnp.asarray(coverage, jnp.float32) * n.astype(jnp.float32)
-  k = jnp.ceil(x * (1.0 - 2.0**-22)).astype(jnp.int32)
-  return jnp.clip(k, 1, n)
+COVERAGE_RESOLUTION = 10**6  # coverages are read in parts per million
+
+
+def coverage_ppm(coverage):
+  """`round(coverage·10⁶)`: the coverage as an integer number of parts per million.
+
+  A decimal coverage such as 0.7 is not a binary float (0.7·10 is 7.000000000000001 in float64
+  and its ceil 8); rounding to parts per million first makes `ceil(coverage·n)` exact.
+  """
+  if isinstance(coverage, numbers.Real):
+    return round(float(coverage) * COVERAGE_RESOLUTION)
+  return jnp.round(jnp.asarray(coverage, jnp.float32) * COVERAGE_RESOLUTION).astype(jnp.int32)
+
+
+def coverage_index(coverage, n) -> jax.Array:
+  """`k = ceil(a·n / 10⁶)` in [1, n] for `a = coverage_ppm(coverage)`, exactly, in int32.
+
+  `a·n` overflows int32 (up to 10⁶ · 2³¹), so it is split into parts that each fit: with
+  `n = q·10⁶ + r`, `a = 1000·a_hi + a_lo` and `a_hi·r = 1000·u_hi + u_lo`,
+  `a·n = a·q·10⁶ + u_hi·10⁶ + (1000·u_lo + a_lo·r)`, the last term below 1.001·10⁹, so
+  `k = a·q + u_hi + ceil((1000·u_lo + a_lo·r) / 10⁶)`. A float32 product `coverage·n` is off by
+  one from about n = 4·10⁶ on (its spacing there is 0.25–0.5).
+  """
+  a = jnp.asarray(coverage_ppm(coverage), jnp.int32)
+  n = jnp.asarray(n, jnp.int32)
+  q, r = n // COVERAGE_RESOLUTION, n % COVERAGE_RESOLUTION
+  a_hi, a_lo = a // 1000, a % 1000
+  u = a_hi * r
+  u_hi, u_lo = u // 1000, u % 1000
+  rest = 1000 * u_lo + a_lo * r
+  k = a * q + u_hi + (rest + COVERAGE_RESOLUTION - 1) // COVERAGE_RESOLUTION
+  return jnp.clip(k, 1, jnp.maximum(n, 1))
 
 
 def _risk_at_k(r: RankedErrors, k: jax.Array) -> jax.Array:
@@ -184,14 +211,11 @@ def coverage_at_risk(scores: ArrayLike, correct: ArrayLike, risk: float,
 
 def risk_at_coverage(scores: ArrayLike, correct: ArrayLike, coverage: float,
                      mask: Optional[ArrayLike] = None) -> jax.Array:
-  """Tie-aware risk `E_k/k` at `k = ceil(coverage·n)`; coverage must be in (0, 1]."""
+  """Tie-aware risk `E_k/k` at `k = ceil(coverage·n)` (`coverage_index`); coverage in (0, 1]."""
   _check_fraction(coverage, "coverage", allow_zero=False)
   scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
-  if mask is None and isinstance(coverage, numbers.Real):
-    k = jnp.int32(max(1, math.ceil(coverage * scores.shape[0])))  # exact for static n
-  else:
-    n = jnp.int32(scores.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
-    k = _coverage_index(coverage, n)
+  n = jnp.int32(scores.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  k = coverage_index(coverage, n)
   return _risk_at_coverage(scores, correct, mask, k)
 
 
@@ -206,7 +230,7 @@ def _summary(scores, correct, mask, risks, coverages):
       "augrc": jnp.sum(r.errors) / (n * n),
       "coverage_at_risk": jax.vmap(lambda q: _coverage_at_risk_from_ranked(r, q))(risks),
       "risk_at_coverage": jax.vmap(
-          lambda c: _risk_at_k(r, _coverage_index(c, r.n)))(coverages),
+          lambda c: _risk_at_k(r, coverage_index(c, r.n)))(coverages),
   }
 
 

@@ -4,21 +4,30 @@ test; needs scikit-learn and scipy):
 * `isotonic`, `isotonic_ovr` vs scikit-learn's `IsotonicRegression(out_of_bounds="clip")` (float64)
   on the same confidences, with the same top-label renormalisation / one-vs-rest normalisation;
 * `vector`, `matrix`, `dirichlet` vs scipy's L-BFGS-B in float64 on the same objective (NLL,
-  plus ODIR for matrix/Dirichlet).
+  plus ODIR for matrix/Dirichlet);
+* with netcal installed (a `bench` extra): `histogram_ovr`, `isotonic_ovr` vs netcal 1.4's
+  `HistogramBinning` / `IsotonicRegression` on the probabilities (netcal's multi-class mode is
+  one-vs-all, normalised), and `histogram` vs netcal's binary `HistogramBinning` on the
+  top-label (confidence, correct) pairs;
+* with torch-uncertainty installed: `vector`, `matrix` (ODIR off), `dirichlet` (ODIR 1, 1) vs
+  its `VectorScaler`, `MatrixScaler`, `DirichletScaler(lambda_reg=1, mu_reg=1)` fitted on the
+  same logits (its L-BFGS as shipped: lr 0.1, 200 iterations at most, float32).
 
 Prints the largest absolute difference of the calibrated test probabilities and, for the
 scaling fits, of the objective.
 
-  .venv/bin/python bench/crosscheck_calibrators.py --n 5000 --classes 10
+  .venv/bin/python crosscheck/calibrators.py --n 5000 --classes 10
 """
-import argparse
-
+from absl import app, flags
 import jax
 import numpy as np
 from scipy import optimize
 from sklearn.isotonic import IsotonicRegression
 
 from calib_jax import posthoc
+
+_N = flags.DEFINE_integer("n", 5000, "samples in the fitting set and in the test set")
+_CLASSES = flags.DEFINE_integer("classes", 10, "classes C")
 
 
 def _softmax(z):
@@ -82,15 +91,14 @@ def _scipy_affine(features, labels, kind, odir_lambda=1.0, odir_mu=1.0):
   return apply, result.fun
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--n", type=int, default=5000)
-  parser.add_argument("--classes", type=int, default=10)
-  args = parser.parse_args()
-  z, y = _data(args.n, args.classes, 0)
-  zq, _ = _data(args.n, args.classes, 1)
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  n, num_classes = _N.value, _CLASSES.value
+  z, y = _data(n, num_classes, 0)
+  zq, _ = _data(n, num_classes, 1)
   p, pq = np.asarray(jax.nn.softmax(z)), np.asarray(jax.nn.softmax(zq))
-  print(f"N = {args.n}, C = {args.classes}; max |calib_jax − reference| of test probabilities")
+  print(f"N = {n}, C = {num_classes}; max |calib_jax − reference| of test probabilities")
 
   cal = posthoc.fit_calibrator("isotonic", z, y)
   iso = IsotonicRegression(out_of_bounds="clip").fit(p.max(1).astype(np.float64),
@@ -101,7 +109,7 @@ def main():
   cal = posthoc.fit_calibrator("isotonic_ovr", z, y)
   per_class = np.stack([IsotonicRegression(out_of_bounds="clip").fit(
       p[:, k].astype(np.float64), (y == k).astype(np.float64)).predict(
-          pq[:, k].astype(np.float64)) for k in range(args.classes)], 1)
+          pq[:, k].astype(np.float64)) for k in range(num_classes)], 1)
   ref = per_class / per_class.sum(1, keepdims=True)
   print(f"isotonic_ovr  vs sklearn IsotonicRegression: {np.abs(cal(zq) - ref).max():.2e}")
 
@@ -113,7 +121,62 @@ def main():
     print(f"{name:<13} vs scipy L-BFGS-B (float64): probabilities "
           f"{np.abs(cal(zq) - apply(np.asarray(features_q, np.float64))).max():.2e}, objective "
           f"{float(cal.nll):.6f} vs {objective:.6f} ({int(cal.steps)} steps)")
+  _netcal(z, y, zq, p, pq, num_classes)
+  _torch_uncertainty(z, y, zq, num_classes)
+
+
+def _netcal(z, y, zq, p, pq, num_classes):
+  try:
+    from netcal import binning  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    print(f"netcal unavailable: {e}")
+    return
+  for ours, theirs in (("histogram_ovr", binning.HistogramBinning(bins=10)),
+                       ("isotonic_ovr", binning.IsotonicRegression())):
+    cal = posthoc.fit_calibrator(ours, z, y)
+    ref = theirs.fit(p.astype(np.float64), y).transform(pq.astype(np.float64))
+    print(f"{ours:<13} vs netcal {type(theirs).__name__} (one-vs-all): "
+          f"{np.abs(cal(zq) - ref).max():.2e}")
+  conf, right = p.max(1).astype(np.float64), (p.argmax(1) == y).astype(np.float64)
+  cal = posthoc.fit_calibrator("histogram", z, y)
+  ref = binning.HistogramBinning(bins=10).fit(conf, right).transform(pq.max(1).astype(np.float64))
+  top = np.asarray(cal(zq))[np.arange(len(zq)), pq.argmax(1)]
+  # calib_jax raises a bin value below r/(1 + r) (r: the runner-up's share of the rest) so the
+  # top class stays the argmax (`_replace_top`); netcal returns the bin value as it is.
+  rest = np.sort(pq.astype(np.float64), 1)
+  r = rest[:, -2] / rest[:, :-1].sum(1)
+  kept = ref > r / (1 + r) + 1e-6
+  print(f"{'histogram':<13} vs netcal HistogramBinning (binary, top-label): "
+        f"{np.abs(top - ref)[kept].max():.2e} on the {kept.sum()} samples whose bin value "
+        f"keeps the top class on top, {np.abs(top - ref).max():.2e} on all")
+
+
+def _nll(q, y):
+  return float(-np.mean(np.log(np.asarray(q, np.float64)[np.arange(len(y)), y])))
+
+
+def _torch_uncertainty(z, y, zq, num_classes):
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+    from torch_uncertainty import post_processing as tu  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    print(f"torch-uncertainty unavailable: {e}")
+    return
+  loader = [(torch.from_numpy(z), torch.from_numpy(y.astype(np.int64)))]
+  for ours, kw, scaler in (
+      ("vector", {}, tu.VectorScaler(num_classes=num_classes)),
+      ("matrix", {"odir_lambda": 0.0, "odir_mu": 0.0}, tu.MatrixScaler(num_classes=num_classes)),
+      ("dirichlet", {}, tu.DirichletScaler(num_classes=num_classes, lambda_reg=1.0,
+                                           mu_reg=1.0))):
+    cal = posthoc.fit_calibrator(ours, z, y, **kw)
+    scaler.fit(loader, progress=False)
+    with torch.no_grad():
+      ref = torch.softmax(scaler(torch.from_numpy(zq)), -1).numpy()
+      fitted = torch.softmax(scaler(loader[0][0]), -1).numpy()
+    print(f"{ours:<13} vs torch-uncertainty {type(scaler).__name__}: probabilities "
+          f"{np.abs(np.asarray(cal(zq)) - ref).max():.2e}, fitting-set NLL "
+          f"{_nll(cal(z), y):.6f} vs {_nll(fitted, y):.6f}")
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

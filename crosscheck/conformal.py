@@ -1,11 +1,12 @@
 """Cross-check calib_jax.conformal against MAPIE's split-conformal classifier (a bench extra).
 
-Run in a venv with MAPIE (not a test dependency):
+Run in a venv with MAPIE (not a test dependency; with torch-uncertainty installed its THR and APS
+are compared too):
 
     python3 -m venv /work/venvs/conformal
     /work/venvs/conformal/bin/pip install jax mapie
     /work/venvs/conformal/bin/pip install --no-deps -e .
-    /work/venvs/conformal/bin/python bench/crosscheck_conformal.py
+    /work/venvs/conformal/bin/python crosscheck/conformal.py
 
 Both libraries get the same probabilities (MAPIE through a prefit classifier whose
 `predict_proba` returns them). Printed per method and α: the thresholds q̂, how many test sets
@@ -13,8 +14,7 @@ differ, coverage and mean set size. Synthetic data: logits `2·N(0, 1)` with lab
 their softmax (exchangeable, so every method should cover about 1 − α). The differences and
 their causes are in docs/metrics.md ("Cross-check against MAPIE").
 """
-import argparse
-
+from absl import app, flags
 import jax
 import mapie
 import numpy as np
@@ -22,6 +22,12 @@ from mapie.classification import SplitConformalClassifier
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from calib_jax import conformal
+
+_N_CAL = flags.DEFINE_integer("n_cal", 5000, "calibration samples")
+_N_TEST = flags.DEFINE_integer("n_test", 20000, "test samples")
+_CLASSES = flags.DEFINE_list("classes", ["10", "100"], "comma-separated class counts C")
+_OVERCONFIDENT = flags.DEFINE_boolean("overconfident", False,
+                                      "saturated float32 softmax (see _data)")
 
 
 class _GivenProbabilities(ClassifierMixin, BaseEstimator):
@@ -66,22 +72,40 @@ def _mapie(score: str, probs, labels, test, alpha, params=None):
   return qhat, sets
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--n_cal", type=int, default=5000)
-  parser.add_argument("--n_test", type=int, default=20000)
-  parser.add_argument("--classes", type=int, nargs="+", default=[10, 100])
-  parser.add_argument("--overconfident", action="store_true",
-                      help="saturated float32 softmax (see _data)")
-  args = parser.parse_args()
-  print(f"MAPIE {mapie.__version__}, jax {jax.__version__}; n_cal={args.n_cal}, "
-        f"n_test={args.n_test}, {'overconfident' if args.overconfident else 'calibrated'} model")
+def _torch_uncertainty(probs, labels, test, alpha):
+  """torch-uncertainty 0.13's THR and APS (not randomised) on the same probabilities (its
+  model is the identity on their logs; its temperature scaling is off): `(name, q̂, sets)`."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+    from torch_uncertainty import post_processing as tu  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    print(f"torch-uncertainty unavailable: {e}")
+    return []
+  loader = [(torch.log(torch.from_numpy(probs)), torch.from_numpy(labels.astype(np.int64)))]
+  out = []
+  for name, method in (("thr", tu.ConformalClsTHR(alpha, model=torch.nn.Identity(),
+                                                  enable_ts=False)),
+                       ("aps randomized=False", tu.ConformalClsAPS(
+                           alpha, model=torch.nn.Identity(), randomized=False,
+                           enable_ts=False))):
+    method.fit(loader)
+    sets = method.conformal(torch.log(torch.from_numpy(test))).numpy() > 0
+    out.append((f"torch-uncertainty {name}", float(method.q_hat), sets))
+  return out
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  n_cal, n_test, overconfident = _N_CAL.value, _N_TEST.value, _OVERCONFIDENT.value
+  print(f"MAPIE {mapie.__version__}, jax {jax.__version__}; n_cal={n_cal}, "
+        f"n_test={n_test}, {'overconfident' if overconfident else 'calibrated'} model")
   header = (f"{'C':>4} {'alpha':>5}  {'method':<40} {'q̂':>9} {'differ':>7} {'coverage':>9} "
             f"{'size':>6}")
   print(header)
-  for c in args.classes:
-    probs, labels = _data(c, args.n_cal + args.n_test, c, args.overconfident)
-    cal, test = slice(0, args.n_cal), slice(args.n_cal, None)
+  for c in (int(x) for x in _CLASSES.value):
+    probs, labels = _data(c, n_cal + n_test, c, overconfident)
+    cal, test = slice(0, n_cal), slice(n_cal, None)
     for alpha in (0.1, 0.05):
       def row(label, qhat, sets, ref=None):
         differ = "" if ref is None else str(int((sets != ref).any(-1).sum()))
@@ -94,12 +118,19 @@ def main():
       q, sets = _mapie("lac", probs[cal], labels[cal], probs[test], alpha)
       row("calib_jax thr", float(ours.qhat), ours_sets)
       row("mapie lac", q, sets, ours_sets)
+      references = _torch_uncertainty(probs[cal], labels[cal], probs[test], alpha)
+      for label, q, sets in references[:1]:
+        row(label, q, sets, ours_sets)
 
       for randomized in (False, True):
         p = conformal.fit("aps", probs[cal], labels[cal], alpha, from_logits=False,
                           randomized=randomized, key=jax.random.key(0))
-        row(f"calib_jax aps randomized={randomized}", float(p.qhat),
-            np.asarray(p(probs[test], key=jax.random.key(1))))
+        p_sets = np.asarray(p(probs[test], key=jax.random.key(1)))
+        row(f"calib_jax aps randomized={randomized}", float(p.qhat), p_sets)
+        if not randomized:
+          aps_sets = p_sets
+      for label, q, sets in references[1:]:
+        row(label, q, sets, aps_sets)
       for last in (True, "randomized", False):
         q, sets = _mapie("aps", probs[cal], labels[cal], probs[test], alpha,
                          {"include_last_label": last})
@@ -113,4 +144,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -1,7 +1,7 @@
 """Training-loop overhead: steps/s of the whole loop vs the bare jit train step.
 
     .venv/bin/python bench/loop_throughput.py [--steps 1500] [--repeats 3] \
-        [--recipe=mlp|resnet20] [--steps_per_dispatch=K]
+        [--recipe=mlp|resnet20] [--steps_per_dispatch=K] [--log_every=250]
 
 Recipes: `mlp` is `configs/fashion_mnist_mlp.py:ce` (2x1024 MLP, batch 64, SGD Nesterov) on
 Fashion-MNIST through tf.data; `resnet20` is a CIFAR ResNet-20 at batch 128 on synthetic 32x32
@@ -30,6 +30,8 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "runs of each (bare, loop), interl
 _RECIPE = flags.DEFINE_enum("recipe", "mlp", ["mlp", "resnet20"],
                             "mlp: Fashion-MNIST MLP (tf.data); resnet20: CIFAR ResNet-20 on "
                             "synthetic 32x32 batches")
+_LOG_EVERY = flags.DEFINE_integer("log_every", 250, "the loop's logging window (its steps/s "
+                                  "records; the first, with compilation, is left out)")
 _STEPS_PER_DISPATCH = flags.DEFINE_integer("steps_per_dispatch", 0,
                                            "the loop's steps per call (0 = its auto choice)")
 
@@ -43,7 +45,7 @@ def _config(steps: int):
     config = config_lib.load_config_file(CONFIG)
   config.steps_per_dispatch = _STEPS_PER_DISPATCH.value
   config.num_train_steps = steps
-  config.log_every_steps = 250
+  config.log_every_steps = _LOG_EVERY.value
   config.checkpoint_every_steps = 10 * steps
   config.eval_every_steps = 0
   config.progress_bar = False

@@ -4,7 +4,7 @@ Experiment configs in `configs/` start from `base_config()`, override what their
 recipe says and offer named variants (`calib_jax.config.variants`). Fields:
 
 * run: `seed`, `multihost`, `num_train_steps` / `num_epochs`, `steps_per_epoch`,
-  `stop_after_steps`, `steps_per_dispatch`;
+  `stop_after_steps`, `steps_per_dispatch`, `sweep`, `sweep_shared_order`;
 * `data`: `name`, `dir`, `splits` (tfds split per role), `options` (every split),
   `train_options` (train only, e.g. ALS's `objectness`/`context_rate`), `batch_size` (global),
   `eval_batch_size`;
@@ -90,6 +90,14 @@ def base_config() -> ml_collections.ConfigDict:
   # largest k <= 16 dividing the logging, evaluation and checkpoint intervals, so that every
   # call is full-length (one compile); 1 = one step per call. See `training/dispatch.py`.
   c.steps_per_dispatch = 0
+  # A population trained as one program (`calib_jax.sweep`): "field=v1,v2;field2=w1,w2" over
+  # seed, loss_kwargs.<real hyper-parameter>, optimizer.learning_rate and
+  # optimizer.weight_decay; the product of the lists is the members ("" = a single run).
+  c.sweep = ""
+  # False: each member reads the batches of its own seed's single run (one stream per seed);
+  # True: every member reads the config seed's stream (one stream; seeds then only change the
+  # initialisation and dropout).
+  c.sweep_shared_order = False
 
   # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
   c.optimizer = ml_collections.ConfigDict()

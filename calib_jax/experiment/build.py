@@ -94,15 +94,23 @@ class Experiment:
 
   @functools.cached_property
   def _optimizer(self) -> tuple[optax.Schedule, optax.GradientTransformation]:
-    length = self.length
-    schedule = optim.schedule_from_config(
-        self.config.schedule, base_lr=self.config.optimizer.learning_rate,
-        total_steps=length.total_steps, steps_per_epoch=length.steps_per_epoch)
-    return schedule, optim.optimizer_from_config(self.config.optimizer, schedule)
+    return self.optimizer_with()
 
   def optimizer(self) -> tuple[optax.Schedule, optax.GradientTransformation]:
     """`(schedule, tx)` of the run: the learning rate by step and the optimiser."""
     return self._optimizer
+
+  def optimizer_with(self, learning_rate: Any = None, weight_decay: Any = None
+                     ) -> tuple[optax.Schedule, optax.GradientTransformation]:
+    """`(schedule, tx)` with another peak learning rate and weight decay than the config's
+    (None keeps it): a sweep member's values, which may be traced arrays."""
+    length = self.length
+    schedule = optim.schedule_from_config(
+        self.config.schedule,
+        base_lr=self.config.optimizer.learning_rate if learning_rate is None else learning_rate,
+        total_steps=length.total_steps, steps_per_epoch=length.steps_per_epoch)
+    return schedule, optim.optimizer_from_config(self.config.optimizer, schedule,
+                                                 weight_decay=weight_decay)
 
   def initial_variables(self, key: jax.Array) -> dict[str, Any]:
     """Freshly initialised variables, overwritten with `config.pretrained` if given."""
@@ -113,17 +121,22 @@ class Experiment:
                                            tuple(self.config.pretrained_skip),
                                            jax.device_get(variables))
 
-  def initial_state(self) -> state_lib.TrainState:
-    """The initial training state, replicated on the mesh (the same for every process)."""
-    init_key, run_key = jax.random.split(jax.random.key(self.config.seed))
-    _, tx = self.optimizer()
+  def initial_state(self, seed: int | None = None,
+                    tx: optax.GradientTransformation | None = None) -> state_lib.TrainState:
+    """The initial training state, replicated on the mesh (the same for every process), from
+    `seed` (default: the config's) with the optimiser `tx` (default: the run's)."""
+    seed = self.config.seed if seed is None else seed
+    init_key, run_key = jax.random.split(jax.random.key(seed))
+    tx = self.optimizer()[1] if tx is None else tx
     state = state_lib.create(self.initial_variables(init_key), tx, run_key,
                              crl_num_examples=self.crl_num_examples)
     return parallel.replicate(state, self.mesh)
 
-  def abstract_state(self) -> state_lib.TrainState:
-    """Shapes, dtypes and shardings of the training state, without computing it (restores)."""
-    _, tx = self.optimizer()
+  def abstract_state(self, tx: optax.GradientTransformation | None = None
+                     ) -> state_lib.TrainState:
+    """Shapes, dtypes and shardings of the training state, without computing it (restores),
+    with the optimiser `tx` (default: the run's)."""
+    tx = self.optimizer()[1] if tx is None else tx
     example = self.data.example_input()
 
     def init():

@@ -15,6 +15,7 @@ import ml_collections
 from calib_jax.evaluation import validation
 from calib_jax.experiment import weights
 from calib_jax.experiment.data import data_problems
+from calib_jax.sweep import spec as sweep_spec
 from calib_jax.training import optim
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -55,6 +56,7 @@ def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list
       *optim.schedule_problems(config.schedule),
       *validation.eval_problems(config.eval),
       *weights.pretrained_problems(config.pretrained, config.model),
+      *sweep_spec.sweep_problems(config),
   ]
 
 

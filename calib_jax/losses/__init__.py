@@ -86,10 +86,45 @@ def get(name: str, **hparams: Any) -> LossFn:
                      f"{sorted(definition.hparams) or 'none'}")
   values = {k: spec.check(name, k, hparams.get(k, spec.default))
             for k, spec in definition.hparams.items()}
-  return functools.partial(_apply, name, definition, values)
+  return functools.partial(_apply, name, definition, hparams=values)
 
 
-def _apply(name: str, definition: _LossDef, hparams: Mapping[str, Any], logits, labels, *,
+def traced(name: str, **hparams: Any) -> Callable[..., LossFn]:
+  """Returns `bind(**values) -> loss_fn`: the loss with some real hyper-parameters given later,
+  as arrays (a sweep's per-member values inside `jax.vmap`, with no retrace per value).
+
+  `hparams` are checked as in `get` and fix the others; `bind`'s values are not checked (they
+  may be tracers), so check them first with `check_hparam`. A `Choice` hyper-parameter (a
+  string that picks the formula) cannot be bound: it changes the program.
+  """
+  definition = _lookup(name)
+  checked = dict(get(name, **hparams).keywords["hparams"])
+
+  def bind(**values: Any) -> LossFn:
+    for key in values:
+      if not isinstance(definition.hparams.get(key), Real):
+        raise ValueError(f"loss {name!r}: {key!r} is not a real hyper-parameter of it (real "
+                         f"ones: {sorted(real_hparams(name)) or 'none'})")
+    return functools.partial(_apply, name, definition, hparams={**checked, **values})
+
+  return bind
+
+
+def real_hparams(name: str) -> list[str]:
+  """The hyper-parameters of loss `name` that are real numbers (traceable; see `traced`)."""
+  return [k for k, spec in _lookup(name).hparams.items() if isinstance(spec, Real)]
+
+
+def check_hparam(name: str, key: str, value: Any) -> float:
+  """`value` of hyper-parameter `key` of loss `name`, checked (a one-line error if invalid)."""
+  definition = _lookup(name)
+  if key not in definition.hparams:
+    raise ValueError(f"loss {name!r} has no hyper-parameter {key!r}; valid: "
+                     f"{sorted(definition.hparams) or 'none'}")
+  return definition.hparams[key].check(name, key, value)
+
+
+def _apply(name: str, definition: _LossDef, logits, labels, *, hparams: Mapping[str, Any],
            mask=None, objectness=None) -> jax.Array:
   if definition.needs_objectness and objectness is None:
     raise ValueError(f"loss {name!r} needs `objectness` (fraction of the crop covered by the "
@@ -114,5 +149,5 @@ def effective_target(loss_fn: LossFn, logits, labels, **kwargs) -> jax.Array:
   return jax.nn.softmax(logits) - jnp.maximum(count, 1) * grad
 
 
-__all__ = ["get", "names", "default_hparams", "effective_target", "smoothed_targets",
+__all__ = ["get", "traced", "real_hparams", "check_hparam", "names", "default_hparams", "effective_target", "smoothed_targets",
            "objectness_targets", "LossInputs"]

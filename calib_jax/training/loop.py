@@ -21,10 +21,9 @@ import numpy as np
 from absl import logging
 
 from calib_jax import experiment as experiment_lib
-from calib_jax.evaluation import validation
 from calib_jax.training import checkpoint as checkpoint_lib
-from calib_jax.training import dispatch, parallel, preemption
-from calib_jax.training import step as step_lib
+from calib_jax import sweep as sweep_lib
+from calib_jax.training import dispatch, parallel, preemption, single
 from calib_jax.training import reporting as log_lib
 from calib_jax.training import state as state_lib
 
@@ -48,19 +47,24 @@ def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
   return {"step": step, "epoch": step / steps_per_epoch}
 
 
-def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, float]:
-  return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """The window's mean of each metric (per member for a population: `[P]`)."""
+  return {k: np.mean([h[k] for h in history], axis=0) for k in history[0]}
 
 
 def _non_finite_error(metrics: dict[str, np.ndarray], step: int,
-                      checkpointer: checkpoint_lib.Checkpointer) -> "NonFiniteLossError":
+                      checkpointer: checkpoint_lib.Checkpointer,
+                      member: str) -> "NonFiniteLossError":
+  """`metrics` are the failing run's or member's; `member` names the member ("" for a single
+  run)."""
   checkpointer.wait()
   last = checkpointer.latest_step()
   where = (f"the last good checkpoint is step {last} in {checkpointer.directory}"
            if last is not None else "no checkpoint was saved before it")
+  loss, grad_norm = metrics["loss"], metrics["grad_norm"]
   return NonFiniteLossError(
-      f"Non-finite training loss ({float(metrics['loss'])}) or gradient norm "
-      f"({float(metrics['grad_norm'])}) at step {step}; training stopped and {where}. "
+      f"Non-finite training loss ({float(loss)}) or gradient norm ({float(grad_norm)}) at "
+      f"step {step}{' of ' + member if member else ''}; training stopped and {where}. "
       "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.")
 
 
@@ -103,7 +107,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   log_lib.check_workdir(workdir)
 
   steps_per_epoch, total_steps = experiment.length.steps_per_epoch, experiment.length.total_steps
-  schedule, tx = experiment.optimizer()
+  trainee = (single.SingleRun(experiment) if not config.sweep
+             else sweep_lib.Population(experiment))
 
   log_lib.save_config(config, workdir)
   checkpointer = checkpoint_lib.Checkpointer(
@@ -111,7 +116,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       max_to_keep=config.keep_checkpoints)
   if checkpointer.latest_step() is not None:
     try:
-      state, _ = checkpointer.restore(experiment.abstract_state())
+      state, _ = checkpointer.restore(trainee.abstract_state())
     except Exception:
       checkpointer.close()
       raise
@@ -120,8 +125,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     if checkpointer.skipped:
       _report_skipped(checkpointer, int(state.step))
   else:
-    state = experiment.initial_state()
-  start_step = int(jax.device_get(state.step))
+    state = trainee.initial_state()
+  start_step = int(np.max(jax.device_get(state.step)))  # a population's members agree
   if start_step >= total_steps:
     logging.info("Already trained for %d steps; nothing to do.", start_step)
     if config.progress_bar and jax.process_index() == 0:
@@ -129,12 +134,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     checkpointer.close()
     return state
 
-  mesh = experiment.mesh
-  multi_step = step_lib.jit_multi_step(step_lib.scan_steps(
-      step_lib.make_train_step(experiment.model, experiment.loss_fn, tx, schedule,
-                               sam_rho=config.optimizer.sam_rho, crl_weight=config.crl_weight,
-                               steps_per_epoch=steps_per_epoch)), mesh)
-  validator = validation.ValidationEvaluator(experiment)
+  multi_step = trainee.multi_step()
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
   eval_every = _eval_interval(config, steps_per_epoch)
@@ -146,9 +146,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   steps_per_dispatch = dispatch.resolve_steps_per_dispatch(config.steps_per_dispatch, intervals)
   logging.info("%d step(s) per dispatch.", steps_per_dispatch)
   batches = dispatch.Prefetcher(
-      experiment.data.train_stream(start_step, config.seed, return_index=config.crl_weight > 0),
-      dispatch.dispatch_sizes(start_step, stop_at, steps_per_dispatch, intervals),
-      lambda stacked: parallel.to_global(stacked, mesh, stacked=True))
+      trainee.train_stream(start_step),
+      dispatch.dispatch_sizes(start_step, stop_at, steps_per_dispatch, intervals), trainee.put)
   history: list[dict[str, np.ndarray]] = []   # host metrics of the current logging window
   # (last step, steps, stacked device metrics) of the calls whose metrics were not yet read.
   pending: list[tuple[int, int, dict[str, jax.Array]]] = []
@@ -162,12 +161,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     host = jax.device_get([m for _, _, m in pending])
     for (last, num_steps, _), stacked in zip(pending, host):
       for offset, metrics in enumerate(_per_step(stacked, num_steps)):
-        if not metrics["finite"]:
-          raise _non_finite_error(metrics, last - num_steps + offset + 1, checkpointer)
+        failed = trainee.non_finite(metrics)
+        if failed is not None:
+          member, member_metrics = failed
+          raise _non_finite_error(member_metrics, last - num_steps + offset + 1, checkpointer,
+                                  member)
         history.append(metrics)
     pending.clear()
-    status = (f"loss {float(history[-1]['loss']):.4f} "
-              f"lr {float(history[-1]['learning_rate']):.3g}")
+    status = (f"loss {float(np.mean(history[-1]['loss'])):.4f} "
+              f"lr {float(np.mean(history[-1]['learning_rate'])):.3g}")
 
   watch = preemption.Watch()
   preempted = False
@@ -192,26 +194,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         now = time.monotonic()
         summary = _mean_metrics(history)
         summary.pop("finite")
-        summary["steps_per_sec"] = (done - last_log_step) / max(now - last_log_time, 1e-9)
-        summary["epoch"] = done / steps_per_epoch
-        writer.write(done, "train", summary)
+        for tags, row in trainee.records(summary):
+          row["steps_per_sec"] = (done - last_log_step) / max(now - last_log_time, 1e-9)
+          row["epoch"] = done / steps_per_epoch
+          writer.write(done, "train", row, tags=tags)
         history.clear()
         last_log_time, last_log_step = now, done
       if progress is not None:
         progress.update(done, status, force=done == stop_at)
       if eval_now:
-        val = validator.run(state.variables())
-        writer.write(done, "val", val)
-        line = f"step {done} val " + " ".join(f"{k}={v:.4f}" for k, v in val.items())
-        logging.info("%s", line)
-        if progress is not None:
-          progress.write(line)
+        for tags, val in trainee.validate(state):
+          writer.write(done, "val", val, tags=tags)
+          who = "".join(f" member {v}" for k, v in tags.items() if k == "member")
+          line = f"step {done}{who} val " + " ".join(f"{k}={v:.4f}" for k, v in val.items())
+          logging.info("%s", line)
+          if progress is not None:
+            progress.write(line)
       if save_now:
         checkpointer.save(done, state, _checkpoint_meta(done, steps_per_epoch))
       if preempted:
         break
-    final = int(jax.device_get(state.step))
+    final = int(np.max(jax.device_get(state.step)))
     checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
+    if final >= total_steps:
+      trainee.finish(state, workdir)
   finally:
     batches.close()
     watch.__exit__()

@@ -180,17 +180,20 @@ def make_optimizer(
   """
   if name not in OPTIMIZERS:
     raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+  # An array weight decay (a sweep member's, traced) always gets the decay term, so every
+  # member's optimiser has the same structure; a member with 0 adds 0·p.
+  decays = not isinstance(weight_decay, (int, float)) or weight_decay > 0
   chain = []
   if grad_clip_norm > 0:
     chain.append(optax.clip_by_global_norm(grad_clip_norm))
-  if name in ("sgd", "adam") and weight_decay > 0:
+  if name in ("sgd", "adam") and decays:
     chain.append(optax.add_decayed_weights(weight_decay))
   if name == "sgd":
     if momentum > 0:
       chain.append(optax.trace(decay=momentum, nesterov=nesterov))
   else:
     chain.append(optax.scale_by_adam(b1=b1, b2=b2, eps=eps))
-    if name == "adamw" and weight_decay > 0:
+    if name == "adamw" and decays:
       chain.append(optax.add_decayed_weights(weight_decay))
   chain.append(optax.scale_by_learning_rate(learning_rate))
   chain.append(_scale_by_top_level_multiplier(dict(lr_multipliers or {})))
@@ -221,17 +224,17 @@ def optimizer_problems(optimizer: Any) -> list[str]:
   return problems
 
 
-def optimizer_from_config(optimizer: Any,
-                          schedule: optax.Schedule) -> optax.GradientTransformation:
+def optimizer_from_config(optimizer: Any, schedule: optax.Schedule, *,
+                          weight_decay: Any = None) -> optax.GradientTransformation:
   """`make_optimizer` from a config's `optimizer` sub-config with the learning rate `schedule`
   (checked by `optimizer_problems`, run by `experiment.build`; `sam_rho` is read by the train
-  step)."""
+  step). `weight_decay`, if given, replaces the config's (a sweep member's traced value)."""
   return make_optimizer(
       name=optimizer.name,
       learning_rate=schedule,
       momentum=optimizer.momentum,
       nesterov=optimizer.nesterov,
-      weight_decay=optimizer.weight_decay,
+      weight_decay=optimizer.weight_decay if weight_decay is None else weight_decay,
       b1=optimizer.b1,
       b2=optimizer.b2,
       eps=optimizer.eps,

@@ -135,15 +135,23 @@ class MetricWriter:
         self._tb_writer = metric_writers.SummaryWriter(
             os.path.join(workdir, TENSORBOARD_SUBDIR))
 
-  def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
-    """Writes one record: `{"step": step, "split": split, **metrics}`; scalars only."""
+  def write(self, step: int, split: str, metrics: Mapping[str, Any], *,
+            tags: Mapping[str, Any] | None = None) -> None:
+    """Writes one record: `{"step": step, "split": split, **tags, **metrics}`; scalar metrics.
+
+    `tags` name a sweep member (`{"member": i, "overrides": {...}}`); its TensorBoard scalars
+    are `member<i>/<split>/<name>`.
+    """
     if not _is_writer():
       return
     scalars = {k: float(v) for k, v in metrics.items()}
+    tags = dict(tags or {})
     with open(self._path, "a") as f:
-      f.write(json.dumps({"step": int(step), "split": split, **scalars}) + "\n")
+      f.write(json.dumps({"step": int(step), "split": split, **tags, **scalars}) + "\n")
     if self._tb_writer is not None:
-      self._tb_writer.write_scalars(int(step), {f"{split}/{k}": v for k, v in scalars.items()})
+      prefix = f"member{tags['member']}/" if "member" in tags else ""
+      self._tb_writer.write_scalars(
+          int(step), {f"{prefix}{split}/{k}": v for k, v in scalars.items()})
       self._tb_writer.flush()  # TensorBoard shows a running job's progress.
 
   def close(self) -> None:

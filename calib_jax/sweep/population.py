@@ -1,0 +1,168 @@
+"""A sweep's population trained as one program: the members' states stacked on a leading axis,
+one `jax.vmap` of the train step over them, their hyper-parameters as traced arrays.
+
+Member `m` with overrides `o_m` is its single run (`spec.member_config(config, o_m)`):
+
+* its state starts from `Experiment.initial_state(seed_m, tx_m)`: the same initialisation,
+  dropout keys and optimiser state as that run;
+* its step is `step.make_train_step` with the loss `losses.traced(...)(**o_m's loss values)`
+  and the optimiser `Experiment.optimizer_with(lr_m, wd_m)`, the values traced, so the one
+  compiled program serves every value;
+* its batches are those of its seed's training stream (`sweep_shared_order=False`, the
+  default: one stream per distinct seed, stacked `[S, batch, ...]`, each member gathering its
+  own), or of the config seed's stream for every member (`sweep_shared_order=True`: one stream,
+  S = 1, the host reads a P-th of the data).
+
+The states are replicated over the mesh and each batch is split over it along its batch axis,
+as for a single run: every device computes every member on its shard of the batch, and a
+member's gradients are all-reduced like a single run's.
+"""
+from collections.abc import Iterator
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from calib_jax import losses
+from calib_jax.evaluation import validation
+from calib_jax.sweep import spec, summary
+from calib_jax.training import parallel
+from calib_jax.training import step as step_lib
+from calib_jax.training import state as state_lib
+
+
+def stack_trees(trees: list[Any]) -> Any:
+  """Trees with equal structure stacked leaf by leaf on a new leading axis."""
+  return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def member_tree(tree: Any, index: int) -> Any:
+  """Member `index`'s slice of a stacked tree."""
+  return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+class Population:
+  """The members of `experiment.config.sweep`, trained together (see the module docstring)."""
+
+  def __init__(self, experiment: Any):
+    self.experiment = experiment
+    self.config = config = experiment.config
+    self.sweep = spec.parse(config)
+    if self.sweep is None:
+      raise ValueError("Population needs config.sweep (empty: train a single run)")
+    self.size = self.sweep.size
+    seeds = self.sweep.seeds(config.seed)
+    self.stream_seeds = ([int(config.seed)] if config.sweep_shared_order
+                         else list(dict.fromkeys(seeds)))
+    self.stream_of = np.asarray([0 if config.sweep_shared_order else self.stream_seeds.index(s)
+                                 for s in seeds], np.int32)
+    # The traced hyper-parameters: each swept field but the seed, one float32 value per member.
+    self.values = {field: np.asarray(self.sweep.values(field), np.float32)
+                   for field in self.sweep.fields if field != "seed"}
+    self._bind_loss = losses.traced(config.loss, **config.loss_kwargs.to_dict())
+    self._validator = validation.ValidationEvaluator(experiment)
+
+  # -- One member's optimiser and loss from its (traced) values.
+
+  def _optimizer(self, values: Mapping[str, Any]):
+    return self.experiment.optimizer_with(
+        learning_rate=values.get("optimizer.learning_rate"),
+        weight_decay=values.get("optimizer.weight_decay"))
+
+  def _loss(self, values: Mapping[str, Any]):
+    loss_values = {f.split(".", 1)[1]: v for f, v in values.items()
+                   if f.startswith("loss_kwargs.")}
+    return self._bind_loss(**loss_values) if loss_values else self.experiment.loss_fn
+
+  def _member_values(self, index: int) -> dict[str, jax.Array]:
+    return {f: jnp.asarray(v[index]) for f, v in self.values.items()}
+
+  # -- The trainee interface of `training.single`.
+
+  def initial_state(self) -> state_lib.TrainState:
+    seeds = self.sweep.seeds(self.config.seed)
+    states = [self.experiment.initial_state(seed, self._optimizer(self._member_values(i))[1])
+              for i, seed in enumerate(seeds)]
+    return parallel.replicate(stack_trees(states), self.experiment.mesh)
+
+  def abstract_state(self) -> state_lib.TrainState:
+    member = self.experiment.abstract_state(tx=self._optimizer(self._member_values(0))[1])
+    sharding = parallel.replicated(self.experiment.mesh)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((self.size, *x.shape), x.dtype, sharding=sharding),
+        member)
+
+  def multi_step(self):
+    experiment, config = self.experiment, self.config
+    steps_per_epoch = experiment.length.steps_per_epoch
+    values = {f: jnp.asarray(v) for f, v in self.values.items()}
+    stream_of = jnp.asarray(self.stream_of)
+
+    def member_step(state, member_values, batch):
+      schedule, tx = self._optimizer(member_values)
+      train_step = step_lib.make_train_step(
+          experiment.model, self._loss(member_values), tx, schedule,
+          sam_rho=config.optimizer.sam_rho, crl_weight=config.crl_weight,
+          steps_per_epoch=steps_per_epoch)
+      return train_step(state, batch)
+
+    def population_step(states, batches):
+      """`batches`: one batch per stream `[S, batch, ...]`; metrics come back `[P]` each."""
+      if len(self.stream_seeds) == 1:
+        shared = jax.tree.map(lambda x: x[0], batches)
+        return jax.vmap(member_step, in_axes=(0, 0, None))(states, values, shared)
+      own = jax.tree.map(lambda x: x[stream_of], batches)
+      return jax.vmap(member_step)(states, values, own)
+
+    mesh = experiment.mesh
+    return jax.jit(step_lib.scan_steps(population_step),
+                   in_shardings=(parallel.replicated(mesh), self._stack_sharding()),
+                   out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
+                   donate_argnums=(0,))
+
+  def _stack_sharding(self) -> NamedSharding:
+    # `[k, S, batch, ...]`: the batch axis over the mesh.
+    return NamedSharding(self.experiment.mesh, PartitionSpec(None, None, parallel.DATA_AXIS))
+
+  def train_stream(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    streams = [self.experiment.data.train_stream(start_step, seed,
+                                                 return_index=self.config.crl_weight > 0)
+               for seed in self.stream_seeds]
+    for batches in zip(*streams):
+      yield {key: np.stack([b[key] for b in batches]) for key in batches[0]}
+
+  def put(self, stacked: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    sharding = self._stack_sharding()
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+            for k, v in stacked.items()}
+
+  def tags(self, index: int) -> dict[str, Any]:
+    return {"member": index, "overrides": self.sweep.members[index]}
+
+  def records(self, metrics: Mapping[str, np.ndarray]) -> list[tuple[dict, dict[str, float]]]:
+    return [(self.tags(i), {k: float(v[i]) for k, v in metrics.items()})
+            for i in range(self.size)]
+
+  def non_finite(self, metrics: Mapping[str, np.ndarray]
+                 ) -> tuple[str, Mapping[str, np.ndarray]] | None:
+    bad = np.flatnonzero(np.asarray(metrics["finite"]) == 0)
+    if not bad.size:
+      return None
+    index = int(bad[0])
+    return (f"member {index} ({self.sweep.label(index)})",
+            {k: v[index] for k, v in metrics.items()})
+
+  def validate(self, state: state_lib.TrainState) -> list[tuple[dict, dict[str, float]]]:
+    variables = state.variables()
+    return [(self.tags(i), self._validator.run(member_tree(variables, i)))
+            for i in range(self.size)]
+
+  def finish(self, state: state_lib.TrainState, workdir: str) -> None:
+    """Writes `<workdir>/sweep.json` (`summary.write`): every member's validation and test
+    results, the best members and the mean ± std over seeds."""
+    variables = state.variables()
+    results = [summary.member_results(self.experiment, member_tree(variables, i))
+               for i in range(self.size)]
+    summary.write(workdir, self.sweep, results)

@@ -1,0 +1,72 @@
+"""What the training loop trains: one run (`SingleRun`) or a sweep's population
+(`calib_jax.sweep.Population`), behind the same small interface.
+
+The loop (`loop.train_and_evaluate`) owns the schedule of a run: dispatching, reading
+metrics, logging, validation, checkpoints, preemption. What it trains decides the rest:
+
+* `initial_state()` / `abstract_state()`: the state to start from or to restore into;
+* `multi_step()`: the compiled call running k steps on a `[k, ...]` stack of batches;
+* `train_stream(start_step)` and `put(stack)`: host batches from a data position, and a
+  stack of them placed on the devices;
+* `records(metrics)`: the rows to log of per-step or mean metrics (one per member);
+* `non_finite(metrics)`: None, or the member ("" for a single run) with a non-finite loss or
+  gradient and its metrics;
+* `validate(state)`: the validation rows;
+* `finish(state, workdir)`: what a run writes at its end (a sweep's `sweep.json`).
+"""
+from collections.abc import Iterator
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+from calib_jax.evaluation import validation
+from calib_jax.training import parallel
+from calib_jax.training import step as step_lib
+from calib_jax.training import state as state_lib
+
+# A row to log: (tags naming the member, or {} for a single run; scalar metrics).
+Record = tuple[dict[str, Any], dict[str, float]]
+
+
+class SingleRun:
+  """One training run of an `experiment.Experiment`."""
+
+  def __init__(self, experiment: Any):
+    self.experiment = experiment
+    self.config = experiment.config
+    self._validator = validation.ValidationEvaluator(experiment)
+
+  def initial_state(self) -> state_lib.TrainState:
+    return self.experiment.initial_state()
+
+  def abstract_state(self) -> state_lib.TrainState:
+    return self.experiment.abstract_state()
+
+  def multi_step(self):
+    experiment, config = self.experiment, self.config
+    schedule, tx = experiment.optimizer()
+    train_step = step_lib.make_train_step(
+        experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
+        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
+    return step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
+
+  def train_stream(self, start_step: int) -> Iterator[Mapping[str, np.ndarray]]:
+    return self.experiment.data.train_stream(start_step, self.config.seed,
+                                             return_index=self.config.crl_weight > 0)
+
+  def put(self, stacked: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    return parallel.to_global(stacked, self.experiment.mesh, stacked=True)
+
+  def records(self, metrics: Mapping[str, np.ndarray]) -> list[Record]:
+    return [({}, {k: float(v) for k, v in metrics.items()})]
+
+  def non_finite(self, metrics: Mapping[str, np.ndarray]
+                 ) -> tuple[str, Mapping[str, np.ndarray]] | None:
+    return None if metrics["finite"] else ("", metrics)
+
+  def validate(self, state: state_lib.TrainState) -> list[Record]:
+    return [({}, self._validator.run(state.variables()))]
+
+  def finish(self, state: state_lib.TrainState, workdir: str) -> None:
+    del state, workdir

@@ -1,0 +1,148 @@
+"""Sweeps (`config.sweep`): parsing and its one-line errors, traced loss hyper-parameters, and
+the population trained as one program against each member's single run."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calib_jax import experiment, losses, sweep
+from calib_jax.config import ConfigError
+from calib_jax.sweep import population, summary
+from calib_jax.training import loop, reporting
+
+from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep's text.
+
+
+def test_members_are_the_product_with_the_first_field_slowest():
+  config = tiny_config(loss="mbls", sweep="loss_kwargs.margin=5,10; seed=0,1")
+  parsed = sweep.parse(config)
+  assert parsed.fields == ("loss_kwargs.margin", "seed")
+  assert parsed.members == ({"loss_kwargs.margin": 5.0, "seed": 0},
+                            {"loss_kwargs.margin": 5.0, "seed": 1},
+                            {"loss_kwargs.margin": 10.0, "seed": 0},
+                            {"loss_kwargs.margin": 10.0, "seed": 1})
+  assert parsed.label(1) == "loss_kwargs.margin=5.0 seed=1"
+  single = sweep.member_config(config, parsed.members[3])
+  assert single.loss_kwargs.margin == 10.0 and single.seed == 1 and single.sweep == ""
+  assert config.sweep and "margin" not in config.loss_kwargs  # the sweep's config is untouched
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model=mlp,small_cnn", r"^sweep: 'model' changes shapes or the program's structure; "
+     r"sweepable fields: seed, loss_kwargs.margin, loss_kwargs.alpha, optimizer.learning_rate, "
+     r"optimizer.weight_decay$"),
+    ("data.batch_size=16,32", r"'data.batch_size' changes shapes"),
+    ("loss_kwargs.gamma=1,2", r"'loss_kwargs.gamma' is not a hyper-parameter of loss 'mbls'"),
+    ("optimizer.learnig_rate=0.1", r"'optimizer.learnig_rate' is not a config field"),
+    ("seed=", r"^sweep: seed has an empty list of values$"),
+    ("seed=0,0", r"seed repeats a value"),
+    ("seed=0;seed=1", r"seed is listed twice"),
+    ("seed=a", r"seed value 'a' is not an integer"),
+    ("loss_kwargs.margin=-1", r"^sweep: mbls: margin=-1.0 is outside \[0.0, inf\]$"),
+    ("optimizer.learning_rate=0,0.1", r"learning_rate must be > 0, got 0.0"),
+    ("seed 0,1", r"'seed 0,1' is not field=v1,v2"),
+])
+def test_a_bad_sweep_is_one_line_naming_it(text, message):
+  config = tiny_config(loss="mbls", sweep=text)
+  with pytest.raises(sweep.SweepError, match=message):
+    sweep.parse(config)
+  with pytest.raises(ConfigError) as error:  # and the build reports it with the other problems
+    experiment.build(config)
+  assert sum("sweep:" in line for line in str(error.value).splitlines()) == 1
+
+
+def test_a_string_hyper_parameter_cannot_vary():
+  config = tiny_config(loss="acls", sweep="loss_kwargs.winner_term=1,2")
+  with pytest.raises(sweep.SweepError, match="picks another formula"):
+    sweep.parse(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Traced hyper-parameters.
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_every_real_hyper_parameter_traces_to_the_value_of_its_python_float(name):
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(16, 5)) * 3, jnp.float32)
+  labels = jnp.asarray(rng.integers(0, 5, 16))
+  extra = {"objectness": jnp.asarray(rng.uniform(-0.2, 1, 16), jnp.float32)} if name == "als" else {}
+  defaults = losses.default_hparams(name)
+  bind = losses.traced(name)
+  for key in losses.real_hparams(name):
+    value = defaults[key] * 0.5 + 0.05
+    expected = losses.get(name, **{key: value})(logits, labels, **extra)
+    traced = jax.jit(lambda v: bind(**{key: v})(logits, labels, **extra))(jnp.float32(value))
+    np.testing.assert_allclose(traced, expected, rtol=1e-6, atol=1e-7, err_msg=key)
+    # vmapped over members: one value per member, no retrace
+    values = jnp.asarray([value, defaults[key]], jnp.float32)
+    both = jax.vmap(lambda v: bind(**{key: v})(logits, labels, **extra))(values)
+    np.testing.assert_allclose(both[1], losses.get(name)(logits, labels, **extra), rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_binding_a_string_hyper_parameter_is_refused():
+  with pytest.raises(ValueError, match="'winner_term' is not a real hyper-parameter"):
+    losses.traced("acls")(winner_term=jnp.float32(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# The population against its members' single runs.
+
+
+def _member_leaves(state, index):
+  state = jax.device_get(state)
+  return jax.tree.leaves(population.member_tree((state.params, state.batch_stats,
+                                                  state.opt_state, state.step), index))
+
+
+def _leaves(state):
+  state = jax.device_get(state)
+  return jax.tree.leaves((state.params, state.batch_stats, state.opt_state, state.step))
+
+
+def _sweep_config(**overrides):
+  return tiny_config(**{"loss": "mbls", "num_train_steps": 12, "eval_every_steps": 12,
+                        "log_every_steps": 4, "checkpoint_every_steps": 4,
+                        "sweep": "loss_kwargs.margin=2,10;seed=0,1", **overrides})
+
+
+def test_each_member_trains_like_its_single_run(tmp_path):
+  config = _sweep_config()
+  state = loop.train_and_evaluate(config, str(tmp_path / "sweep"))
+  parsed = sweep.parse(config)
+  records = reporting.read_metrics(str(tmp_path / "sweep"))
+  result = summary.read(str(tmp_path / "sweep"))
+  for index, overrides in enumerate(parsed.members):
+    workdir = str(tmp_path / f"single{index}")
+    single = loop.train_and_evaluate(sweep.member_config(config, overrides), workdir)
+    for got, want in zip(_member_leaves(state, index), _leaves(single), strict=True):
+      np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    single_val = [r for r in reporting.read_metrics(workdir) if r["split"] == "val"][-1]
+    member_val = [r for r in records if r["split"] == "val" and r["member"] == index][-1]
+    assert member_val["overrides"] == json.loads(json.dumps(overrides))
+    for key in ("ece", "nll", "accuracy"):
+      assert abs(member_val[key] - single_val[key]) <= 1e-5, key
+    assert abs(result["members"][index]["val"]["ece"] - single_val["ece"]) <= 1e-5
+  # Train rows: one per member per logging step, tagged with its overrides.
+  train = [r for r in records if r["split"] == "train"]
+  assert sorted({(r["step"], r["member"]) for r in train}) == [
+      (s, m) for s in (4, 8, 12) for m in range(4)]
+  # sweep.json: the best members and the mean ± std over the two seeds of each margin.
+  assert [s["overrides"] for s in result["settings"]] == [{"loss_kwargs.margin": 2.0},
+                                                         {"loss_kwargs.margin": 10.0}]
+  eces = [m["val"]["ece"] for m in result["members"]]
+  assert result["best"]["val_ece"]["member"] == int(np.argmin(eces))
+  first = result["settings"][0]["val"]["ece"]
+  assert first["mean"] == pytest.approx(np.mean(eces[:2]))
+  assert first["std"] == pytest.approx(np.std(eces[:2], ddof=1))
+  for member in result["members"]:
+    assert set(member["val"]) >= {"accuracy", "ece", "nll", "temperature"}
+    assert set(member["test"]) >= {"accuracy", "ece", "nll", "ece_ts"}

@@ -11,7 +11,8 @@ import pytest
 from calib_jax import experiment, losses, sweep
 from calib_jax.config import ConfigError
 from calib_jax.sweep import population, summary
-from calib_jax.training import loop, reporting
+from calib_jax.evaluation import run as evaluation
+from calib_jax.training import checkpoint, loop, reporting
 
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
@@ -114,9 +115,17 @@ def _sweep_config(**overrides):
                         "sweep": "loss_kwargs.margin=2,10;seed=0,1", **overrides})
 
 
-def test_each_member_trains_like_its_single_run(tmp_path):
+@pytest.fixture(scope="module")
+def trained_sweep(tmp_path_factory):
+  """The 4-member sweep of `_sweep_config`, trained once for the tests below."""
+  tmp_path = tmp_path_factory.mktemp("sweep_run")
   config = _sweep_config()
   state = loop.train_and_evaluate(config, str(tmp_path / "sweep"))
+  return config, state, tmp_path
+
+
+def test_each_member_trains_like_its_single_run(trained_sweep):
+  config, state, tmp_path = trained_sweep
   parsed = sweep.parse(config)
   records = reporting.read_metrics(str(tmp_path / "sweep"))
   result = summary.read(str(tmp_path / "sweep"))
@@ -146,3 +155,34 @@ def test_each_member_trains_like_its_single_run(tmp_path):
   for member in result["members"]:
     assert set(member["val"]) >= {"accuracy", "ece", "nll", "temperature"}
     assert set(member["test"]) >= {"accuracy", "ece", "nll", "ece_ts"}
+
+
+def test_a_resumed_sweep_ends_where_an_uninterrupted_one_does(trained_sweep, tmp_path):
+  config, state, _ = trained_sweep
+  workdir = str(tmp_path / "resumed")
+  first = _sweep_config(stop_after_steps=4)
+  loop.train_and_evaluate(first, workdir)
+  saved = checkpoint.Checkpointer(workdir, read_only=True)
+  assert saved.latest_step() == 4
+  saved.close()
+  assert not os.path.exists(os.path.join(workdir, summary.SWEEP_FILE))  # not finished yet
+  resumed = loop.train_and_evaluate(config, workdir)
+  for got, want in zip(_leaves(resumed), _leaves(state), strict=True):
+    np.testing.assert_array_equal(got, want)
+  assert os.path.exists(os.path.join(workdir, summary.SWEEP_FILE))
+
+
+def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
+  config, _, tmp_path = trained_sweep
+  workdir = str(tmp_path / "sweep")
+  results = evaluation.evaluate_run(config, workdir, split="val", member=2)
+  assert results["member"] == 2 and results["overrides"] == {"loss_kwargs.margin": 10.0,
+                                                            "seed": 0}
+  assert results["loss"] == "mbls"
+  member = summary.read(workdir)["members"][2]
+  assert results["pre_temperature"]["ece"] == pytest.approx(member["val"]["ece"], abs=1e-5)
+  assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "val", 2), "metrics.json"))
+  with pytest.raises(ValueError, match="is a sweep of 4 members"):
+    evaluation.evaluate_run(config, workdir, split="val")
+  with pytest.raises(ValueError, match=r"member=4 is out of range: the sweep has 4 members"):
+    evaluation.evaluate_run(config, workdir, split="val", member=4)

@@ -22,6 +22,9 @@ from calib_jax.cli import console, flags
 
 _SPLIT = absl_flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
+_MEMBER = absl_flags.DEFINE_string(
+    "member", None, "For a sweep's run (config.sweep): the member to evaluate (0-based index) "
+    "or 'all' (the default for a sweep); results go to <workdir>/eval_<split>/member<i>/.")
 _WEIGHTS = absl_flags.DEFINE_string(
     "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
     "file or a PyTorch .pth/.pt/.bin/.safetensors state dict of the config's model.")
@@ -52,14 +55,32 @@ def main(argv: list[str]) -> None:
     console.setup(workdir)
   except OSError as e:  # Before anything is built: the work directory cannot be written.
     sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
+  config = flags.config()
   try:
-    results = evaluation.evaluate_run(flags.config(), workdir, split=_SPLIT.value,
-                                      step=_STEP.value, weights=_WEIGHTS.value)
+    for member in _members(config):
+      results = evaluation.evaluate_run(config, workdir, split=_SPLIT.value, step=_STEP.value,
+                                        weights=_WEIGHTS.value, member=member)
+      print(evaluation.format_table(results) + ("\n" if member is not None else ""))
   except (ConfigError, WeightFileError, checkpoint.UnreadableCheckpointError, DataError,
-          FileNotFoundError, reporting.WorkdirError) as e:
+          FileNotFoundError, reporting.WorkdirError, ValueError) as e:
     logging.error("%s", e)
-    sys.exit(f"eval.py: {e}")
-  print(evaluation.format_table(results))
+    sys.exit(f"eval.py: {str(e).splitlines()[0] if not isinstance(e, ConfigError) else e}")
+
+
+def _members(config) -> list[int | None]:
+  """The members `--member` names: [None] for a single run; one index, or all of a sweep's."""
+  from calib_jax import sweep
+  parsed = sweep.parse(config) if config.sweep else None
+  text = _MEMBER.value
+  if parsed is None:
+    if text is not None:
+      sys.exit("eval.py: --member is for a sweep's run; this config has no sweep")
+    return [None]
+  if text is None or text == "all":
+    return list(range(parsed.size))
+  if not text.isdigit() or int(text) >= parsed.size:
+    sys.exit(f"eval.py: --member={text!r} is not a member: use 0..{parsed.size - 1} or 'all'")
+  return [int(text)]
 
 
 def run() -> None:

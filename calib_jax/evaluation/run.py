@@ -20,6 +20,7 @@ import jax
 import ml_collections
 
 from calib_jax import experiment as experiment_lib
+from calib_jax import sweep as sweep_lib
 from calib_jax.evaluation import maps, report
 from calib_jax.training import checkpoint as checkpoint_lib
 from calib_jax.training import reporting
@@ -27,21 +28,30 @@ from calib_jax.training import reporting
 RESULTS_FILE = "metrics.json"
 
 
-def eval_dir(workdir: str, split: str) -> str:
-  """Where `evaluate_run` writes the results of `split`."""
-  return os.path.join(workdir, f"eval_{split}")
+def eval_dir(workdir: str, split: str, member: int | None = None) -> str:
+  """Where `evaluate_run` writes the results of `split` (of a sweep's `member`)."""
+  path = os.path.join(workdir, f"eval_{split}")
+  return path if member is None else os.path.join(path, f"member{member}")
 
 
 def restore_variables(experiment: experiment_lib.Experiment, workdir: str,
-                      step: int | None = None) -> tuple[dict[str, Any], int]:
+                      step: int | None = None, *, member: int | None = None,
+                      population: int = 0) -> tuple[dict[str, Any], int]:
   """The model variables (params, batch_stats) of a run's checkpoint (newest unless `step`) and
-  its step. Only those arrays are read: no optimiser is built and the training set is not
-  opened, so evaluation works whatever the optimiser settings are now."""
+  its step; of member `member` of a sweep's checkpoint of `population` stacked members. Only
+  those arrays are read: no optimiser is built and the training set is not opened, so
+  evaluation works whatever the optimiser settings are now."""
   checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
   if checkpointer.latest_step() is None:
     raise FileNotFoundError(f"No checkpoint in {checkpointer.directory}; train first "
                             "(python train.py --config=... --workdir=...)")
-  variables, meta = checkpointer.restore_variables(experiment.abstract_variables(), step)
+  abstract = experiment.abstract_variables()
+  if member is not None:
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((population, *x.shape), x.dtype,
+                                                           sharding=x.sharding), abstract)
+  variables, meta = checkpointer.restore_variables(abstract, step)
+  if member is not None:
+    variables = jax.tree.map(lambda x: x[member], variables)
   checkpointer.close()
   if checkpointer.skipped:
     reporting.warn("; ".join(f"skipped checkpoint {s}, unreadable ({why})"
@@ -52,6 +62,7 @@ def restore_variables(experiment: experiment_lib.Experiment, workdir: str,
 
 def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
                  step: int | None = None, weights: str | None = None,
+                 member: int | None = None,
                  devices: list[jax.Device] | None = None) -> dict[str, Any]:
   """Evaluates a trained run and writes `metrics.json` and plots (see the module docstring).
 
@@ -63,6 +74,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     step: checkpoint step (default: newest); not used with `weights`.
     weights: a weight file to evaluate instead of the run's checkpoint: our variables file or
       a PyTorch / safetensors file of the config's model (`experiment.weights`).
+    member: for a sweep's run (`config.sweep`): the member to evaluate, with its overrides
+      (`sweep.member_config`); its results go to `<workdir>/eval_<split>/member<i>/`.
     devices: devices of the mesh (default: all).
 
   Returns:
@@ -77,8 +90,20 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     ConfigError: the config is invalid (before anything is read).
     FileNotFoundError: no checkpoint in `workdir` (without `weights`), or no `weights` file.
     WeightFileError: a `weights` file that does not fit the config's model.
+    ValueError: `member` is missing for a sweep, given for a single run, or out of range.
   """
   from calib_jax.experiment import weights as weights_lib
+  parsed = sweep_lib.parse(config)
+  if parsed is not None and (member is None or weights):
+    raise ValueError(f"{workdir} is a sweep of {parsed.size} members: evaluate one with "
+                     f"member=i (eval.py --member=i, 0 <= i < {parsed.size}) or --member=all")
+  if parsed is None and member is not None:
+    raise ValueError("member= is for a sweep's run; this config has no sweep")
+  if parsed is not None and not 0 <= member < parsed.size:
+    raise ValueError(f"member={member} is out of range: the sweep has {parsed.size} members "
+                     f"(0..{parsed.size - 1})")
+  if parsed is not None:
+    config = sweep_lib.member_config(config, parsed.members[member])
   experiment = experiment_lib.build(config, devices=devices)
   if weights:
     variables = weights_lib.weight_file_variables(
@@ -86,13 +111,16 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
         experiment.mesh)
     source = {"step": None, "weights": os.path.abspath(os.path.expanduser(weights))}
   else:
-    variables, ckpt_step = restore_variables(experiment, workdir, step)
+    variables, ckpt_step = restore_variables(
+        experiment, workdir, step, member=member, population=parsed.size if parsed else 0)
     source = {"step": ckpt_step}
+    if parsed is not None:
+      source.update(member=member, overrides=parsed.members[member])
   calibration = report.CalibrationReport(experiment, split)
   pictures = maps.MapReport(experiment, split, calibration.predict)
   results = {**source, **calibration.run(variables), **report.jsonable(pictures.run(variables))}
   if jax.process_index() == 0:
-    out_dir = eval_dir(workdir, split)
+    out_dir = eval_dir(workdir, split, member)
     results["files"] = {**calibration.write(out_dir), **pictures.write(out_dir)}
     with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
       json.dump(results, f, indent=2, sort_keys=True)
@@ -103,7 +131,10 @@ def format_table(results: dict[str, Any]) -> str:
   """A plain-text summary of `evaluate_run`'s results: PreT/PosT metrics and selective scores."""
   pre, post = results["pre_temperature"], results["post_temperature"]
   fit = results["fit"]
-  lines = [f"{results['dataset']} / {results['model']} / {results['loss']} — split "
+  who = (f"member {results['member']} ("
+         + " ".join(f"{k}={v}" for k, v in results["overrides"].items()) + ") — "
+         if "member" in results else "")
+  lines = [f"{who}{results['dataset']} / {results['model']} / {results['loss']} — split "
            f"{results['split']}, "
            + (f"weights {results['weights']}" if results.get("weights")
               else f"step {results['step']}") + f", {pre['num_samples']} samples",

@@ -120,10 +120,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     except Exception:
       checkpointer.close()
       raise
-    logging.info("Resuming at step %d (the training stream restarts at batch %d).",
-                 int(state.step), int(state.step))
+    step = int(np.max(jax.device_get(state.step)))  # a population's members agree
+    logging.info("Resuming at step %d (the training stream restarts at batch %d).", step, step)
     if checkpointer.skipped:
-      _report_skipped(checkpointer, int(state.step))
+      _report_skipped(checkpointer, step)
   else:
     state = trainee.initial_state()
   start_step = int(np.max(jax.device_get(state.step)))  # a population's members agree

@@ -146,12 +146,12 @@ class Population:
             for i in range(self.size)]
 
   def non_finite(self, metrics: Mapping[str, np.ndarray]
-                 ) -> tuple[str, Mapping[str, np.ndarray]] | None:
+                 ) -> tuple[int, str, Mapping[str, np.ndarray]] | None:
     bad = np.flatnonzero(np.asarray(metrics["finite"]) == 0)
     if not bad.size:
       return None
     index = int(bad[0])
-    return (f"member {index} ({self.sweep.label(index)})",
+    return (index, f"member {index} ({self.sweep.label(index)})",
             {k: v[index] for k, v in metrics.items()})
 
   def validate(self, state: state_lib.TrainState) -> list[tuple[dict, dict[str, float]]]:

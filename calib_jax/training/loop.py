@@ -38,7 +38,15 @@ def _per_step(metrics: dict[str, np.ndarray], num_steps: int) -> list[dict[str, 
 
 
 class NonFiniteLossError(FloatingPointError):
-  """The loss or gradient became NaN/inf; the message names the last good checkpoint."""
+  """The loss or gradient became NaN/inf; the message names the last good checkpoint.
+
+  Attributes:
+    member: the index of the sweep member that diverged (None for a single run).
+  """
+
+  def __init__(self, message: str, member: int | None = None):
+    super().__init__(message)
+    self.member = member
 
 
 def _checkpoint_meta(step: int, steps_per_epoch: int) -> dict[str, Any]:
@@ -53,10 +61,10 @@ def _mean_metrics(history: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]
 
 
 def _non_finite_error(metrics: dict[str, np.ndarray], step: int,
-                      checkpointer: checkpoint_lib.Checkpointer,
+                      checkpointer: checkpoint_lib.Checkpointer, index: int | None,
                       member: str) -> "NonFiniteLossError":
-  """`metrics` are the failing run's or member's; `member` names the member ("" for a single
-  run)."""
+  """`metrics` are the failing run's or member's; `index` and `member` name the member (None
+  and "" for a single run)."""
   checkpointer.wait()
   last = checkpointer.latest_step()
   where = (f"the last good checkpoint is step {last} in {checkpointer.directory}"
@@ -65,7 +73,8 @@ def _non_finite_error(metrics: dict[str, np.ndarray], step: int,
   return NonFiniteLossError(
       f"Non-finite training loss ({float(loss)}) or gradient norm ({float(grad_norm)}) at "
       f"step {step}{' of ' + member if member else ''}; training stopped and {where}. "
-      "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.")
+      "Lower learning_rate or set grad_clip_norm, then rerun the same command to resume.",
+      member=index)
 
 
 def _report_skipped(checkpointer: checkpoint_lib.Checkpointer, step: int) -> None:
@@ -163,9 +172,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       for offset, metrics in enumerate(_per_step(stacked, num_steps)):
         failed = trainee.non_finite(metrics)
         if failed is not None:
-          member, member_metrics = failed
+          index, member, member_metrics = failed
           raise _non_finite_error(member_metrics, last - num_steps + offset + 1, checkpointer,
-                                  member)
+                                  index, member)
         history.append(metrics)
     pending.clear()
     status = (f"loss {float(np.mean(history[-1]['loss'])):.4f} "

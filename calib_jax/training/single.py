@@ -9,8 +9,8 @@ metrics, logging, validation, checkpoints, preemption. What it trains decides th
 * `train_stream(start_step)` and `put(stack)`: host batches from a data position, and a
   stack of them placed on the devices;
 * `records(metrics)`: the rows to log of per-step or mean metrics (one per member);
-* `non_finite(metrics)`: None, or the member ("" for a single run) with a non-finite loss or
-  gradient and its metrics;
+* `non_finite(metrics)`: None, or `(index, name, metrics)` of the member (None, "" for a single
+  run) with a non-finite loss or gradient;
 * `validate(state)`: the validation rows;
 * `finish(state, workdir)`: what a run writes at its end (a sweep's `sweep.json`).
 """
@@ -62,8 +62,8 @@ class SingleRun:
     return [({}, {k: float(v) for k, v in metrics.items()})]
 
   def non_finite(self, metrics: Mapping[str, np.ndarray]
-                 ) -> tuple[str, Mapping[str, np.ndarray]] | None:
-    return None if metrics["finite"] else ("", metrics)
+                 ) -> tuple[None, str, Mapping[str, np.ndarray]] | None:
+    return None if metrics["finite"] else (None, "", metrics)
 
   def validate(self, state: state_lib.TrainState) -> list[Record]:
     return [({}, self._validator.run(state.variables()))]

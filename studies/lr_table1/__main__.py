@@ -2,7 +2,12 @@
 
     .venv/bin/python -m studies.lr_table1 [--workdir=workdirs/lr_table1] \
         [--out_dir=docs/results] [--seeds=0,1,2] [--max_minutes=M] [--report_only] \
-        [--readme=README.md]
+        [--readme=README.md] [--sweeps]
+
+With `--sweeps` (the 10-seed study: `--sweeps --seeds=0,1,2,3,4,5,6,7,8,9
+--out_dir=docs/results/lr_table1_sweeps`) each tuning grid is one sweep over its values and each
+final row one sweep over the seeds (`studies/lr_table1/sweeps.py`); the summaries, selection and
+report are the same as the sequential runs'.
 
 Runs the configs of `studies/lr_table1/config.py` in the order of `run.plan`: the tuning grids
 on a hold-out (seed 0), then for each tuned loss the value best for accuracy and the value best
@@ -32,6 +37,9 @@ _MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0,
                                   "stop starting new runs after this long; 0 = no limit")
 _REPORT_ONLY = flags.DEFINE_boolean("report_only", False,
                                     "rewrite the report from the summaries; train nothing")
+_SWEEPS = flags.DEFINE_boolean(
+    "sweeps", False, "run the plan as sweeps (studies/lr_table1/sweeps.py): each tuning grid "
+    "one sweep over its values, each final row one sweep over --seeds")
 _README = flags.DEFINE_string("readme", "", "also write the summary table into this file "
                               "between its lr_table1 markers (README.md)")
 
@@ -42,7 +50,7 @@ def main(argv: list[str]) -> int:
   logging.set_verbosity(logging.WARNING)
   seeds = [int(s) for s in _SEEDS.value.split(",") if s]
   return run.run_study(_WORKDIR.value, _OUT_DIR.value, seeds, _MAX_MINUTES.value,
-                       _REPORT_ONLY.value, _README.value)
+                       _REPORT_ONLY.value, _README.value, sweeps=_SWEEPS.value)
 
 
 if __name__ == "__main__":

@@ -89,16 +89,47 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   return result
 
 
+def _run_sweeps(workdir: str, out_dir: str, seeds: list[int], max_minutes: float,
+                start: float) -> int:
+  from calib_jax.training import preemption
+  from studies.lr_table1 import sweeps as sweeps_lib
+  while todo := sweeps_lib.sweep_plan(out_dir, seeds):
+    if max_minutes and time.monotonic() - start > 60 * max_minutes:
+      print(f"time budget reached; {len(todo)} sweep(s) left", flush=True)
+      return 0
+    variant, text = todo[0][:2]
+    began = time.monotonic()
+    try:
+      written = sweeps_lib.run_sweep(todo[0], workdir, out_dir)
+    except preemption.Preempted as e:
+      print(f"{variant} [{text}]: {e}", flush=True)
+      return preemption.PREEMPTED_EXIT_CODE
+    for member_variant, seed, summary in written:
+      text_row = summary.get("diverged") or (f"acc {summary['accuracy']:.4f} "
+                                             f"ECE {summary['ece']:.4f}")
+      print(f"{member_variant:<24} seed {seed}: {text_row}", flush=True)
+    print(f"sweep {variant} [{text}]: {len(written)} member(s) in "
+          f"{time.monotonic() - began:.0f} s; {len(todo) - 1} sweep(s) left", flush=True)
+    write_report(out_dir, workdir, seeds)
+  return 0
+
+
 def _runs(count: int) -> str:
   return f"{count} run" + ("" if count == 1 else "s")
 
 
 def run_study(workdir: str, out_dir: str, seeds: list[int], max_minutes: float = 0.0,
-              report_only: bool = False, readme: str = "") -> int:
+              report_only: bool = False, readme: str = "", *, sweeps: bool = False) -> int:
   """Runs the plan until it is empty (or `max_minutes` have passed; 0: no limit), rewriting the
   report after each run, then prints the report and, with `readme`, writes its summary table
-  there. Returns the exit code: 0, or the preemption code when a run was stopped by SIGTERM."""
+  there. With `sweeps`, runs `sweeps.sweep_plan` instead (one sweep per grid or final row).
+  Returns the exit code: 0, or the preemption code when a run was stopped by SIGTERM."""
   start, durations = time.monotonic(), []  # durations: this process's runs, for the ETA
+  if sweeps and not report_only:
+    code = _run_sweeps(workdir, out_dir, seeds, max_minutes, start)
+    if code:
+      return code
+    report_only = True
   while not report_only:
     todo = plan(out_dir, seeds)
     if not todo:

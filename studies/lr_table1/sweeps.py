@@ -1,0 +1,111 @@
+"""The label-relaxation Table 1 study as sweeps (`python -m studies.lr_table1 --sweeps`).
+
+The same protocol, configs and selection as the sequential study (`run.plan`), with the runs
+grouped into sweeps, each one compiled program (`config.sweep`, `calib_jax.sweep`):
+
+* a tuning grid is one sweep over its values on seed 0 (`tune,<loss>,*`), e.g.
+  `loss_kwargs.alpha=0.01,0.025,0.05,0.1,0.2,0.3,0.4`;
+* a final row is one sweep over its seeds (`seed=0,1,...,9`, the paper's 10 seeds).
+
+Each member is then evaluated like a single run (`evaluate_run(..., member=i)`) and its summary
+written where the sequential study writes a run's (`summaries.summary_path`), so the report,
+the selection and the claims read sweeps' members exactly as they read single runs. A sweep
+resumes from its checkpoint when interrupted; a member whose summary exists is left out of the
+next sweep. A member whose loss diverges stops its sweep (`NonFiniteLossError` names it): it
+gets a `diverged` summary and the sweep runs again without it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+from studies.lr_table1 import config as study_config
+from studies.lr_table1.summaries import final_rows, load_summary, summary_path
+
+# (config variant the sweep starts from, sweep text, [(member variant, seed)], split)
+SweepItem = tuple[str, str, list[tuple[str, int]], str]
+FIRST_TUNED = ("lr", "ls")
+OTHER_TUNED = ("focal", "ecp", "mbls")
+
+
+def _grid_sweep(out_dir: str, loss: str) -> SweepItem | None:
+  name, grid = study_config.GRIDS[loss]
+  todo = [v for v in grid if load_summary(out_dir, f"tune,{loss},{v:g}", 0) is None]
+  if not todo:
+    return None
+  text = f"loss_kwargs.{name}=" + ",".join(f"{v:g}" for v in todo)
+  return (f"tune,{loss},{todo[0]:g}", text, [(f"tune,{loss},{v:g}", 0) for v in todo], "val")
+
+
+def _seed_sweep(out_dir: str, variant: str, seeds: list[int]) -> SweepItem | None:
+  todo = [s for s in seeds if load_summary(out_dir, variant, s) is None]
+  if not todo:
+    return None
+  return (variant, "seed=" + ",".join(map(str, todo)), [(variant, s) for s in todo], "test")
+
+
+def sweep_plan(out_dir: str, seeds: list[int]) -> list[SweepItem]:
+  """Sweeps still to run, in order: the LR and LS grids; the final rows known so far (CE, CE +
+  T, LR, LS, ACLS) on every seed; the other grids; the remaining final rows."""
+  items = [_grid_sweep(out_dir, loss) for loss in FIRST_TUNED]
+  items += [_seed_sweep(out_dir, variant, seeds) for _, variant, _ in final_rows(out_dir)]
+  items += [_grid_sweep(out_dir, loss) for loss in OTHER_TUNED]
+  items += [_seed_sweep(out_dir, variant, seeds) for _, variant, _ in final_rows(out_dir)]
+  result, seen = [], set()
+  for item in items:
+    if item is not None and item[1] + item[0] not in seen:
+      seen.add(item[1] + item[0])
+      result.append(item)
+  return result
+
+
+def sweep_workdir(workdir: str, variant: str, text: str) -> str:
+  """One sweep's work directory: its first variant and a digest of its members."""
+  digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+  return os.path.abspath(os.path.join(workdir, "sweeps", f"{variant.replace(',', '_')}_{digest}"))
+
+
+def _write(out_dir: str, variant: str, seed: int, summary: dict[str, Any]) -> None:
+  target = summary_path(out_dir, variant, seed)
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  with open(target, "w") as f:
+    json.dump(summary, f, indent=1, sort_keys=True)
+
+
+def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, int, dict]]:
+  """Trains one sweep (resuming it), evaluates each member and writes its summary; returns
+  `(variant, seed, summary)` per member written."""
+  from calib_jax import config as config_lib
+  from calib_jax.evaluation import report, run as evaluate
+  from calib_jax.training import loop
+  from studies.lr_table1.run import summarize
+
+  variant, text, members, split = item
+  config = config_lib.load_config_file(f"{study_config.__file__}:{variant}")
+  config.sweep = text
+  path = sweep_workdir(workdir, variant, text)
+  start = time.monotonic()
+  try:
+    loop.train_and_evaluate(config, path)
+  except loop.NonFiniteLossError as e:
+    if e.member is None:
+      raise
+    member_variant, seed = members[e.member]
+    summary = {"diverged": str(e).splitlines()[0], "seconds": time.monotonic() - start,
+               "sweep": {"text": text, "member": e.member}}
+    _write(out_dir, member_variant, seed, summary)
+    return [(member_variant, seed, summary)]
+  seconds = (time.monotonic() - start) / len(members)  # the sweep's wall time per member
+  written = []
+  for index, (member_variant, seed) in enumerate(members):
+    results = evaluate.evaluate_run(config, path, split=split, member=index)
+    summary = summarize(results, seconds)
+    summary["sweep"] = {"text": text, "member": index, "members": len(members)}
+    summary["predictions"] = os.path.relpath(
+        os.path.join(evaluate.eval_dir(path, split, index), report.PREDICTIONS_FILE), workdir)
+    _write(out_dir, member_variant, seed, summary)
+    written.append((member_variant, seed, summary))
+  return written

@@ -198,10 +198,12 @@ def shell_commands() -> list[tuple[str, str, list[str]]]:
         continue
       for n, line in _logical_lines(block["code"]):
         where = f"{rel}:{block['line'] + n}"
-        for segment in re.split(r"&&|\|\||;|\|", line):
+        # Separators outside double quotes (`--config.sweep="a=1,2;seed=0,1"` is one argument).
+        for segment in re.split(r'(?:&&|\|\||;|\|)(?=(?:[^"]*"[^"]*")*[^"]*$)', line):
           match = PYTHON_RUN.search(segment)
           if match:
-            rest = match.group("rest").replace('"', " ").replace("'", " ")
+            rest = re.sub(r'="([^"]*)"', r"=\1", match.group("rest"))  # --flag="a b" -> one
+            rest = rest.replace('"', " ").replace("'", " ")
             argv = [a.strip("[]") for a in shlex.split(rest)]
             commands.append((where, "python", argv))
           for make in MAKE_RUN.finditer(segment):

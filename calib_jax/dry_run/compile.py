@@ -31,6 +31,7 @@ from calib_jax.dry_run.topologies import Topology
 from calib_jax.config import schema
 from calib_jax.evaluation import validation
 from calib_jax.experiment import Experiment, build
+from calib_jax import sweep as sweep_lib
 from calib_jax.training import parallel
 from calib_jax.training import step as step_lib
 
@@ -190,6 +191,7 @@ class Program:
   num_train_examples: int
   steps_per_epoch: int
   total_steps: int
+  members: int = 1  # a sweep's population: the train step trains them all
 
 
 def _abstract(tree: Any, sharding) -> Any:
@@ -222,23 +224,36 @@ def compile_config(config: ml_collections.ConfigDict, topology: Topology, *,
   experiment.data.assume(num_train_examples=num_train_examples,
                          example_input=jnp.zeros(example.shape, example.dtype))
   length = experiment.length
-  schedule, tx = experiment.optimizer()
-  state = experiment.abstract_state()
-  train_fn = step_lib.jit_train_step(
-      step_lib.make_train_step(experiment.model, experiment.loss_fn, tx, schedule,
-                               sam_rho=config.optimizer.sam_rho,
-                               crl_weight=config.crl_weight,
-                               steps_per_epoch=length.steps_per_epoch),
-      experiment.mesh)
   batch_sharding = parallel.batch_sharded(experiment.mesh)
   train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,
                                       train=True)
+  members = 1
+  if config.sweep:  # One step of every member: the population's program, k = 1.
+    population = sweep_lib.Population(experiment)
+    members, streams = population.size, len(population.stream_seeds)
+    state = population.abstract_state()
+    train_fn = population.multi_step()
+    stack_sharding = population.stack_sharding()
+    train_batch = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((1, streams, *x.shape), x.dtype, sharding=stack_sharding),
+        train_batch)
+    member_state = experiment.abstract_state()
+  else:
+    schedule, tx = experiment.optimizer()
+    state = member_state = experiment.abstract_state()
+    train_fn = step_lib.jit_train_step(
+        step_lib.make_train_step(experiment.model, experiment.loss_fn, tx, schedule,
+                                 sam_rho=config.optimizer.sam_rho,
+                                 crl_weight=config.crl_weight,
+                                 steps_per_epoch=length.steps_per_epoch),
+        experiment.mesh)
   train = compile_step(train_fn, (state, train_batch), topology, "train")
   evaluation = None
-  if eval_step:
-    evaluation = compile_step(*_eval_program(experiment, state), topology, "eval")
+  if eval_step:  # one member's (every member is the same program)
+    evaluation = compile_step(*_eval_program(experiment, member_state), topology, "eval")
   return Program(train=train, eval=evaluation, num_train_examples=num_train_examples,
-                 steps_per_epoch=length.steps_per_epoch, total_steps=length.total_steps)
+                 steps_per_epoch=length.steps_per_epoch, total_steps=length.total_steps,
+                 members=members)
 
 
 def _eval_program(experiment: Experiment, state: Any) -> tuple[Callable, tuple]:

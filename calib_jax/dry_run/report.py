@@ -68,7 +68,10 @@ def summary(config_name: str, config, topology: Topology, program: Program) -> d
       "total_steps": program.total_steps,
       "host_vcpus_per_chip": chip.host_vcpus_per_chip,
       "chip_source": chip.source,
+      "sweep_members": program.members,
   }
+  if step_seconds and program.members > 1:
+    out["member_step_seconds_estimate"] = step_seconds / program.members
   if step_seconds:
     out["examples_per_second"] = batch / step_seconds
     out["examples_per_second_per_chip"] = batch / step_seconds / topology.num_chips
@@ -117,6 +120,9 @@ def text(result: dict[str, Any]) -> str:
       lines.append(
           f"    {step['flops'] / 1e9:.2f} GFLOP and {_size(step['bytes_accessed'])} HBM traffic "
           f"per chip per step; roofline {_duration(step['step_seconds_estimate'])}")
+  if r.get("sweep_members", 1) > 1:
+    lines.append(f"  sweep of {r['sweep_members']} members: the train step trains them all, "
+                 f"{_duration(r['member_step_seconds_estimate'])} per member-step")
   if r.get("examples_per_second"):
     lines.append(
         f"  estimate: {r['examples_per_second']:.0f} examples/s "

@@ -118,12 +118,13 @@ class Population:
 
     mesh = experiment.mesh
     return jax.jit(step_lib.scan_steps(population_step),
-                   in_shardings=(parallel.replicated(mesh), self._stack_sharding()),
+                   in_shardings=(parallel.replicated(mesh), self.stack_sharding()),
                    out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
                    donate_argnums=(0,))
 
-  def _stack_sharding(self) -> NamedSharding:
-    # `[k, S, batch, ...]`: the batch axis over the mesh.
+  def stack_sharding(self) -> NamedSharding:
+    """Sharding of a stack of stream batches `[k, S, batch, ...]`: the batch axis over the
+    mesh."""
     return NamedSharding(self.experiment.mesh, PartitionSpec(None, None, parallel.DATA_AXIS))
 
   def train_stream(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
@@ -134,7 +135,7 @@ class Population:
       yield {key: np.stack([b[key] for b in batches]) for key in batches[0]}
 
   def put(self, stacked: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-    sharding = self._stack_sharding()
+    sharding = self.stack_sharding()
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
             for k, v in stacked.items()}
 

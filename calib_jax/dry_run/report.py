@@ -72,6 +72,7 @@ def summary(config_name: str, config, topology: Topology, program: Program) -> d
   }
   if step_seconds and program.members > 1:
     out["member_step_seconds_estimate"] = step_seconds / program.members
+    out["member_examples_per_second"] = batch * program.members / step_seconds
   if step_seconds:
     out["examples_per_second"] = batch / step_seconds
     out["examples_per_second_per_chip"] = batch / step_seconds / topology.num_chips
@@ -122,7 +123,9 @@ def text(result: dict[str, Any]) -> str:
           f"per chip per step; roofline {_duration(step['step_seconds_estimate'])}")
   if r.get("sweep_members", 1) > 1:
     lines.append(f"  sweep of {r['sweep_members']} members: the train step trains them all, "
-                 f"{_duration(r['member_step_seconds_estimate'])} per member-step")
+                 f"{_duration(r['member_step_seconds_estimate'])} per member-step "
+                 f"({r['member_examples_per_second']:.0f} member-examples/s; the figures below "
+                 "are per step of the whole population)")
   if r.get("examples_per_second"):
     lines.append(
         f"  estimate: {r['examples_per_second']:.0f} examples/s "

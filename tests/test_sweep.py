@@ -186,3 +186,29 @@ def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
     evaluation.evaluate_run(config, workdir, split="val")
   with pytest.raises(ValueError, match=r"member=4 is out of range: the sweep has 4 members"):
     evaluation.evaluate_run(config, workdir, split="val", member=4)
+
+
+def test_members_split_over_a_2d_mesh_train_like_the_replicated_population(trained_sweep,
+                                                                          tmp_path):
+  config, state, _ = trained_sweep
+  assert jax.device_count() == 8
+  split = loop.train_and_evaluate(_sweep_config(sweep_member_shards=2), str(tmp_path / "2d"))
+  leaf = jax.tree.leaves(split.params)[0]
+  assert leaf.sharding.spec[0] == "member" and leaf.sharding.mesh.shape == {"member": 2,
+                                                                              "data": 4}
+  for got, want in zip(_leaves(split), _leaves(state), strict=True):
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"sweep_member_shards": 3}, r"sweep_member_shards=3 does not divide the sweep's 4 members"),
+    ({"sweep_member_shards": 4, "sweep": "seed=0,1,2,3,4,5,6,7"}, None),
+    ({"sweep_member_shards": 2, "sweep": ""}, r"sweep_member_shards > 1 needs a sweep"),
+])
+def test_member_shards_are_checked(overrides, message):
+  config = _sweep_config(**overrides)
+  if message is None:  # valid: 4 member shards x 2 data shards, batch 32 split over 2
+    assert experiment.build(config).mesh.shape == {"member": 4, "data": 2}
+    return
+  with pytest.raises(ConfigError, match=message):
+    experiment.build(config)

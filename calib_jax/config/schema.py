@@ -4,7 +4,8 @@ Experiment configs in `configs/` start from `base_config()`, override what their
 recipe says and offer named variants (`calib_jax.config.variants`). Fields:
 
 * run: `seed`, `multihost`, `num_train_steps` / `num_epochs`, `steps_per_epoch`,
-  `stop_after_steps`, `steps_per_dispatch`, `sweep`, `sweep_shared_order`;
+  `stop_after_steps`, `steps_per_dispatch`, `sweep`, `sweep_shared_order`,
+  `sweep_member_shards`;
 * `data`: `name`, `dir`, `splits` (tfds split per role), `options` (every split),
   `train_options` (train only, e.g. ALS's `objectness`/`context_rate`), `batch_size` (global),
   `eval_batch_size`;
@@ -98,6 +99,9 @@ def base_config() -> ml_collections.ConfigDict:
   # True: every member reads the config seed's stream (one stream; seeds then only change the
   # initialisation and dropout).
   c.sweep_shared_order = False
+  # The mesh's `member` axis for a sweep. 1: every device computes every member on its shard of the batch (data parallel); m > 1: a
+  # 2-D mesh of m member shards x (devices / m) data shards, each device holding P/m members.
+  c.sweep_member_shards = 1
 
   # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
   c.optimizer = ml_collections.ConfigDict()

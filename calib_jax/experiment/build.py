@@ -26,6 +26,7 @@ import optax
 from calib_jax.config import schema
 from calib_jax.experiment import checks, weights
 from calib_jax.experiment.data import DataRecipe
+from calib_jax.sweep import spec as sweep_spec
 from calib_jax.training import optim, parallel, state as state_lib
 
 LossFn = Callable[..., jax.Array]
@@ -165,14 +166,17 @@ def build(config: ml_collections.ConfigDict, *,
 
   Args:
     config: a config following `calib_jax.config.base_config`.
-    devices: devices of the data-parallel mesh (default: all devices of all processes).
+    devices: devices of the mesh (default: all devices of all processes); a sweep with
+      `sweep_member_shards` > 1 splits them into a 2-D mesh (`parallel.make_mesh`).
 
   Raises:
     ConfigError: (a `ValueError`) listing every problem of the config, one per line.
   """
   from calib_jax import data, losses  # Deferred: `data` imports TensorFlow.
-  mesh = parallel.make_mesh(devices)
-  problems = checks.config_problems(config, mesh.devices.size)
+  num_devices = len(jax.devices() if devices is None else devices)
+  member_shards = sweep_spec.member_shards(config, num_devices)
+  mesh = parallel.make_mesh(devices, member_shards)
+  problems = checks.config_problems(config, num_devices)
   loss_fn = meta = data_recipe = recipe = model = None
   try:
     loss_fn = losses.get(config.loss, **config.loss_kwargs.to_dict())

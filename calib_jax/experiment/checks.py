@@ -48,15 +48,16 @@ def run_problems(config: ml_collections.ConfigDict) -> list[str]:
 def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
   """Every problem that can be found without the dataset: the run's own fields and each
   sub-config's checks (data over `num_devices` devices, optimiser, schedule, evaluation,
-  pre-trained weights)."""
+  pre-trained weights, sweep)."""
   return [
       *run_problems(config),
-      *data_problems(config.data, num_devices),
+      # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
+      *data_problems(config.data, num_devices // sweep_spec.member_shards(config, num_devices)),
       *optim.optimizer_problems(config.optimizer),
       *optim.schedule_problems(config.schedule),
       *validation.eval_problems(config.eval),
       *weights.pretrained_problems(config.pretrained, config.model),
-      *sweep_spec.sweep_problems(config),
+      *sweep_spec.sweep_problems(config, num_devices),
   ]
 
 

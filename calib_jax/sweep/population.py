@@ -13,9 +13,13 @@ Member `m` with overrides `o_m` is its single run (`spec.member_config(config, o
   own), or of the config seed's stream for every member (`sweep_shared_order=True`: one stream,
   S = 1, the host reads a P-th of the data).
 
-The states are replicated over the mesh and each batch is split over it along its batch axis,
-as for a single run: every device computes every member on its shard of the batch, and a
-member's gradients are all-reduced like a single run's.
+By default the states are replicated over the mesh and each batch is split over it along its
+batch axis, as for a single run: every device computes every member on its shard of the batch,
+and a member's gradients are all-reduced like a single run's. With `sweep_member_shards` = m >
+1 the mesh is 2-D, `(member, data)`: the stacked state is split along its member axis over the
+m member shards and each batch over the `devices / m` data shards, so a device holds P/m
+members and computes them on a larger share of the batch (fewer, larger matrix products, and
+P/m of the parameters per device).
 """
 from collections.abc import Iterator
 from typing import Any, Mapping
@@ -81,15 +85,23 @@ class Population:
 
   # -- The trainee interface of `training.single`.
 
+  def state_sharding(self) -> NamedSharding:
+    """The stacked state's sharding: replicated, or split along the members on a 2-D mesh
+    (`sweep_member_shards` > 1)."""
+    mesh = self.experiment.mesh
+    if parallel.MEMBER_AXIS in mesh.axis_names:
+      return NamedSharding(mesh, PartitionSpec(parallel.MEMBER_AXIS))
+    return parallel.replicated(mesh)
+
   def initial_state(self) -> state_lib.TrainState:
     seeds = self.sweep.seeds(self.config.seed)
     states = [self.experiment.initial_state(seed, self._optimizer(self._member_values(i))[1])
               for i, seed in enumerate(seeds)]
-    return parallel.replicate(stack_trees(states), self.experiment.mesh)
+    return jax.device_put(stack_trees(states), self.state_sharding())
 
   def abstract_state(self) -> state_lib.TrainState:
     member = self.experiment.abstract_state(tx=self._optimizer(self._member_values(0))[1])
-    sharding = parallel.replicated(self.experiment.mesh)
+    sharding = self.state_sharding()
     return jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((self.size, *x.shape), x.dtype, sharding=sharding),
         member)
@@ -117,9 +129,10 @@ class Population:
       return jax.vmap(member_step)(states, values, own)
 
     mesh = experiment.mesh
+    state_sharding = self.state_sharding()
     return jax.jit(step_lib.scan_steps(population_step),
-                   in_shardings=(parallel.replicated(mesh), self.stack_sharding()),
-                   out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
+                   in_shardings=(state_sharding, self.stack_sharding()),
+                   out_shardings=(state_sharding, parallel.replicated(mesh)),
                    donate_argnums=(0,))
 
   def stack_sharding(self) -> NamedSharding:
@@ -155,15 +168,17 @@ class Population:
     return (index, f"member {index} ({self.sweep.label(index)})",
             {k: v[index] for k, v in metrics.items()})
 
+  def member_variables(self, state: state_lib.TrainState, index: int) -> dict[str, Any]:
+    """Member `index`'s model variables, replicated on the mesh (for the predict step)."""
+    return parallel.replicate(member_tree(state.variables(), index), self.experiment.mesh)
+
   def validate(self, state: state_lib.TrainState) -> list[tuple[dict, dict[str, float]]]:
-    variables = state.variables()
-    return [(self.tags(i), self._validator.run(member_tree(variables, i)))
+    return [(self.tags(i), self._validator.run(self.member_variables(state, i)))
             for i in range(self.size)]
 
   def finish(self, state: state_lib.TrainState, workdir: str) -> None:
     """Writes `<workdir>/sweep.json` (`summary.write`): every member's validation and test
     results, the best members and the mean ± std over seeds."""
-    variables = state.variables()
-    results = [summary.member_results(self.experiment, member_tree(variables, i))
+    results = [summary.member_results(self.experiment, self.member_variables(state, i))
                for i in range(self.size)]
     summary.write(workdir, self.sweep, results)

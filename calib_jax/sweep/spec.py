@@ -164,13 +164,31 @@ def parse(config: ml_collections.ConfigDict) -> Sweep | None:
   return Sweep(tuple(fields), members)
 
 
-def sweep_problems(config: ml_collections.ConfigDict) -> list[str]:
-  """The sweep's problem as a list of at most one line (for `experiment.build`)."""
+def sweep_problems(config: ml_collections.ConfigDict, num_devices: int | None = None
+                   ) -> list[str]:
+  """The sweep's problems, one line each (for `experiment.build`)."""
   try:
-    parse(config)
+    parsed = parse(config)
   except SweepError as e:
     return [str(e)]
-  return []
+  shards = config.sweep_member_shards
+  if not (isinstance(shards, int) and shards >= 1):
+    return [f"sweep_member_shards must be an integer >= 1, got {shards!r}"]
+  if shards > 1 and parsed is None:
+    return ["sweep_member_shards > 1 needs a sweep (config.sweep)"]
+  problems = []
+  if parsed is not None and parsed.size % shards:
+    problems.append(f"sweep_member_shards={shards} does not divide the sweep's {parsed.size} "
+                    "members")
+  if num_devices is not None and num_devices % shards:
+    problems.append(f"sweep_member_shards={shards} does not divide the {num_devices} devices")
+  return problems
+
+
+def member_shards(config: ml_collections.ConfigDict, num_devices: int) -> int:
+  """The mesh's member shards: `config.sweep_member_shards` where it is valid, else 1 (the
+  problem is reported by `sweep_problems`)."""
+  return config.sweep_member_shards if not sweep_problems(config, num_devices) else 1
 
 
 def member_config(config: ml_collections.ConfigDict, overrides: dict[str, Any]

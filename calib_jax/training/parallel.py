@@ -16,6 +16,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
+MEMBER_AXIS = "member"  # a sweep's members (`calib_jax.sweep`), on a 2-D mesh only
 
 
 def maybe_initialize_distributed(multihost: bool) -> None:
@@ -37,10 +38,19 @@ def maybe_initialize_distributed(multihost: bool) -> None:
                  jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
-def make_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A 1-D mesh over `devices` (default: all devices of all processes)."""
+def make_mesh(devices: Sequence[jax.Device] | None = None, member_shards: int = 1) -> Mesh:
+  """A 1-D mesh over `devices` (default: all devices of all processes); with `member_shards`
+  > 1, a 2-D mesh `(member, data)` of that many member shards (a sweep's members split over
+  them) by `len(devices) / member_shards` data shards."""
   devices = jax.devices() if devices is None else list(devices)
-  return Mesh(np.asarray(devices), (DATA_AXIS,))
+  if member_shards == 1:
+    return Mesh(np.asarray(devices), (DATA_AXIS,))
+  return Mesh(np.asarray(devices).reshape(member_shards, -1), (MEMBER_AXIS, DATA_AXIS))
+
+
+def data_shards(mesh: Mesh) -> int:
+  """How many ways a batch is split: the size of the mesh's data axis."""
+  return int(mesh.shape[DATA_AXIS])
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -188,11 +188,14 @@ def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
     evaluation.evaluate_run(config, workdir, split="val", member=4)
 
 
-def test_members_split_over_a_2d_mesh_train_like_the_replicated_population(trained_sweep,
-                                                                          tmp_path):
+def test_members_split_over_a_2d_mesh_and_looped_train_like_the_vmapped_population(
+    trained_sweep, tmp_path):
+  """Two ways to lay the members out, at once: split over 2 member shards x 4 data shards,
+  and run one after another (`lax.map`) within each shard instead of vmapped."""
   config, state, _ = trained_sweep
   assert jax.device_count() == 8
-  split = loop.train_and_evaluate(_sweep_config(sweep_member_shards=2), str(tmp_path / "2d"))
+  split = loop.train_and_evaluate(
+      _sweep_config(sweep_member_shards=2, sweep_members_as="map"), str(tmp_path / "2d"))
   leaf = jax.tree.leaves(split.params)[0]
   assert leaf.sharding.spec[0] == "member" and leaf.sharding.mesh.shape == {"member": 2,
                                                                               "data": 4}
@@ -204,6 +207,7 @@ def test_members_split_over_a_2d_mesh_train_like_the_replicated_population(train
     ({"sweep_member_shards": 3}, r"sweep_member_shards=3 does not divide the sweep's 4 members"),
     ({"sweep_member_shards": 4, "sweep": "seed=0,1,2,3,4,5,6,7"}, None),
     ({"sweep_member_shards": 2, "sweep": ""}, r"sweep_member_shards > 1 needs a sweep"),
+    ({"sweep_members_as": "pmap"}, r"sweep_members_as must be one of vmap, map, got 'pmap'"),
 ])
 def test_member_shards_are_checked(overrides, message):
   config = _sweep_config(**overrides)

@@ -102,6 +102,10 @@ def base_config() -> ml_collections.ConfigDict:
   # The mesh's `member` axis for a sweep. 1: every device computes every member on its shard of the batch (data parallel); m > 1: a
   # 2-D mesh of m member shards x (devices / m) data shards, each device holding P/m members.
   c.sweep_member_shards = 1
+  # How the program runs a device's members: "vmap" (all at once, batched products: fills an
+  # accelerator) or "map" (one after another, `lax.map`: each member's own products; faster on
+  # CPUs, whose batched products are slower than a loop of unbatched ones).
+  c.sweep_members_as = "vmap"
 
   # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
   c.optimizer = ml_collections.ConfigDict()

@@ -24,6 +24,7 @@ from typing import Any
 import ml_collections
 
 OPTIMIZER_FIELDS = ("optimizer.learning_rate", "optimizer.weight_decay")
+MEMBERS_AS = ("vmap", "map")  # config.sweep_members_as (see `population`)
 
 
 class SweepError(ValueError):
@@ -171,6 +172,9 @@ def sweep_problems(config: ml_collections.ConfigDict, num_devices: int | None = 
     parsed = parse(config)
   except SweepError as e:
     return [str(e)]
+  if config.sweep_members_as not in MEMBERS_AS:
+    return [f"sweep_members_as must be one of {', '.join(MEMBERS_AS)}, got "
+            f"{config.sweep_members_as!r}"]
   shards = config.sweep_member_shards
   if not (isinstance(shards, int) and shards >= 1):
     return [f"sweep_member_shards must be an integer >= 1, got {shards!r}"]

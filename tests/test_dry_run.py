@@ -166,3 +166,17 @@ def test_find_max_batch_bisects_to_the_largest_fitting_multiple_of_the_devices(m
   assert api.largest_batch(small_config(batch=32), topology) == 1000  # 250 per device x 4
   assert all(b % 4 == 0 for b in probes) and len(probes) < 20
   assert api.largest_batch(small_config(batch=4000), topology) == 1000
+
+
+def test_a_sweep_compiles_as_one_program_with_its_cost_per_member(single_host):
+  """Three LR members (the same data): about three times the single run's train FLOPs, and the
+  time per member-step is the population's step time over three."""
+  config = small_config()
+  config.loss, config.sweep = "lr", "loss_kwargs.alpha=0.05,0.1,0.2"
+  result = api.dry_run(config, "v5e:2x2", config_name="default", num_train_examples=10_240,
+                       eval_step=False)
+  assert result["sweep_members"] == 3 and result["fits"]
+  assert 2.5 <= result["flops_per_step"] / single_host["flops_per_step"] <= 3.5
+  assert result["member_step_seconds_estimate"] == pytest.approx(
+      result["step_seconds_estimate"] / 3)
+  assert single_host["sweep_members"] == 1

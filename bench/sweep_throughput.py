@@ -1,7 +1,7 @@
 """A sweep's throughput per member-step against sequential single runs.
 
     .venv/bin/python bench/sweep_throughput.py [--steps 200] [--repeats 2] \
-        [--recipe=mlp|cnn] [--members=7,21]
+        [--recipe=mlp|cnn] [--members=7,21] [--members_as=vmap|map]
 
 Recipes: `mlp` is the label-relaxation Table 1 recipe (`configs/fashion_mnist_mlp.py:lr`,
 2x1024 MLP, batch 64) on Fashion-MNIST; `cnn` the same with the small CNN (`small_cnn`, widths
@@ -29,6 +29,8 @@ _LOG_EVERY = flags.DEFINE_integer("log_every", 50, "logging window (steps/s reco
 _REPEATS = flags.DEFINE_integer("repeats", 2, "runs of each, interleaved")
 _RECIPE = flags.DEFINE_enum("recipe", "mlp", ["mlp", "cnn"], "the model (see the docstring)")
 _MEMBERS = flags.DEFINE_list("members", ["7", "21"], "population sizes: 7 and/or 21")
+_MEMBERS_AS = flags.DEFINE_enum("members_as", "vmap", ["vmap", "map"],
+                                "config.sweep_members_as of the sweeps")
 
 
 def _config(sweep: str):
@@ -43,6 +45,7 @@ def _config(sweep: str):
   config.progress_bar = False
   config.tensorboard = False
   config.sweep = sweep
+  config.sweep_members_as = _MEMBERS_AS.value
   return config
 
 
@@ -76,7 +79,7 @@ def main(argv: list[str]) -> int:
   single_first = statistics.median(f for _, f in results["single"])
   print(json.dumps({str(k): [[round(r, 2), round(f, 1)] for r, f in v]
                     for k, v in results.items()}))
-  print(f"{_RECIPE.value}: single run {single:.2f} steps/s (first window with compile "
+  print(f"{_RECIPE.value}, members as {_MEMBERS_AS.value}: single run {single:.2f} steps/s (first window with compile "
         f"{single_first:.1f} s), load {os.getloadavg()[0]:.2f}")
   for p in members:
     rate = statistics.median(r for r, _ in results[p])

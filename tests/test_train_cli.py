@@ -182,3 +182,27 @@ def test_command_line_adds_keys_to_free_form_dicts_only(parse):
   assert config.data.splits.val == "train[:10]"
   with pytest.raises((AttributeError, KeyError, flags.Error)):
     parse(f"--config={ROOT}/configs/default.py", "--config.optimizer.lrate=0.1")
+
+
+def test_a_sweep_through_the_commands_then_eval_of_one_member_and_of_all(tmp_path, capsys,
+                                                                          parse):
+  workdir = str(tmp_path / "sweep")
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10",
+        "--config.num_train_steps=8", "--config.eval_every_steps=0")
+  train_program.main(["train.py"])
+  assert os.path.exists(os.path.join(workdir, "sweep.json"))
+  capsys.readouterr()
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--member=1",
+        "--split=val")
+  eval_program.main(["eval.py"])
+  out = capsys.readouterr().out
+  assert out.startswith("member 1 (loss_kwargs.margin=10.0) — digits")
+  assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "val", 1), "metrics.json"))
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--split=val")
+  eval_program.main(["eval.py"])  # a sweep's default: every member
+  out = capsys.readouterr().out
+  assert "member 0 (loss_kwargs.margin=5.0)" in out and "member 1 (" in out
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--member=2")
+  with pytest.raises(SystemExit, match=r"^eval.py: --member='2' is not a member: use 0..1 or "
+                     r"'all'$"):
+    eval_program.main(["eval.py"])

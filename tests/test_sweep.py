@@ -170,6 +170,10 @@ def test_a_resumed_sweep_ends_where_an_uninterrupted_one_does(trained_sweep, tmp
   for got, want in zip(_leaves(resumed), _leaves(state), strict=True):
     np.testing.assert_array_equal(got, want)
   assert os.path.exists(os.path.join(workdir, summary.SWEEP_FILE))
+  # A finished sweep whose sweep.json was lost (stopped while writing it) writes it again.
+  os.remove(os.path.join(workdir, summary.SWEEP_FILE))
+  loop.train_and_evaluate(config, workdir)
+  assert summary.read(workdir)["members"][0]["overrides"] == {"loss_kwargs.margin": 2.0, "seed": 0}
 
 
 def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):

@@ -21,6 +21,7 @@ m member shards and each batch over the `devices / m` data shards, so a device h
 members and computes them on a larger share of the batch (fewer, larger matrix products, and
 P/m of the parameters per device).
 """
+import os
 from collections.abc import Iterator
 from typing import Any, Mapping
 
@@ -192,9 +193,12 @@ class Population:
     return [(self.tags(i), self._validator.run(self.member_variables(state, i)))
             for i in range(self.size)]
 
-  def finish(self, state: state_lib.TrainState, workdir: str) -> None:
+  def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool) -> None:
     """Writes `<workdir>/sweep.json` (`summary.write`): every member's validation and test
-    results, the best members and the mean ± std over seeds."""
+    results, the best members and the mean ± std over seeds (with `only_if_missing`, only when
+    the file is not there: a finished sweep whose process stopped while writing it)."""
+    if only_if_missing and os.path.exists(os.path.join(workdir, summary.SWEEP_FILE)):
+      return
     results = [summary.member_results(self.experiment, self.member_variables(state, i))
                for i in range(self.size)]
     summary.write(workdir, self.sweep, results)

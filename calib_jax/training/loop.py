@@ -141,6 +141,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     if config.progress_bar and jax.process_index() == 0:
       print(f"Already trained for {start_step} steps; nothing to do.", flush=True)
     checkpointer.close()
+    trainee.finish(state, workdir, only_if_missing=True)  # e.g. a sweep stopped while writing
     return state
 
   multi_step = trainee.multi_step()
@@ -226,7 +227,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     final = int(np.max(jax.device_get(state.step)))
     checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
     if final >= total_steps:
-      trainee.finish(state, workdir)
+      trainee.finish(state, workdir, only_if_missing=False)
   finally:
     batches.close()
     watch.__exit__()

@@ -12,7 +12,8 @@ metrics, logging, validation, checkpoints, preemption. What it trains decides th
 * `non_finite(metrics)`: None, or `(index, name, metrics)` of the member (None, "" for a single
   run) with a non-finite loss or gradient;
 * `validate(state)`: the validation rows;
-* `finish(state, workdir)`: what a run writes at its end (a sweep's `sweep.json`).
+* `finish(state, workdir, only_if_missing)`: what a run writes at its end (a sweep's
+  `sweep.json`; with `only_if_missing`, only if it is not there yet).
 """
 from collections.abc import Iterator
 from typing import Any, Mapping
@@ -68,5 +69,5 @@ class SingleRun:
   def validate(self, state: state_lib.TrainState) -> list[Record]:
     return [({}, self._validator.run(state.variables()))]
 
-  def finish(self, state: state_lib.TrainState, workdir: str) -> None:
-    del state, workdir
+  def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool) -> None:
+    del state, workdir, only_if_missing

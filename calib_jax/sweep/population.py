@@ -199,6 +199,7 @@ class Population:
     the file is not there: a finished sweep whose process stopped while writing it)."""
     if only_if_missing and os.path.exists(os.path.join(workdir, summary.SWEEP_FILE)):
       return
-    results = [summary.member_results(self.experiment, self.member_variables(state, i))
+    results = [summary.member_results(self.experiment, self._validator.predict,
+                                      self.member_variables(state, i))
                for i in range(self.size)]
     summary.write(workdir, self.sweep, results)

@@ -15,21 +15,20 @@ as the papers' tables report.
 """
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from calib_jax import metrics, posthoc
-from calib_jax.training import step as step_lib
 
 SWEEP_FILE = "sweep.json"
 REPORTED = ("accuracy", "ece", "nll", "ece_ts", "nll_ts")
 
 
-def _logits(experiment: Any, variables: Any, role: str) -> tuple[np.ndarray, np.ndarray]:
+def _logits(experiment: Any, predict: Callable, variables: Any, role: str
+            ) -> tuple[np.ndarray, np.ndarray]:
   """The split's logits `[N, C]` and labels `[N]` on the host (padding removed)."""
-  predict = _predict_fn(experiment)
   logits, labels = [], []
   for batch in experiment.data.eval_stream(role, experiment.mesh,
                                            max_examples=experiment.config.eval.max_examples):
@@ -39,16 +38,6 @@ def _logits(experiment: Any, variables: Any, role: str) -> tuple[np.ndarray, np.
   num_classes = experiment.meta.num_classes
   return (np.concatenate(logits).reshape(-1, num_classes),
           np.concatenate(labels).reshape(-1))
-
-
-_PREDICT: dict[int, Any] = {}
-
-
-def _predict_fn(experiment: Any):
-  key = id(experiment)
-  if key not in _PREDICT:
-    _PREDICT[key] = step_lib.make_predict_fn(experiment.model, experiment.mesh)
-  return _PREDICT[key]
 
 
 def _scores(logits: np.ndarray, labels: np.ndarray, temperature: float,
@@ -62,13 +51,15 @@ def _scores(logits: np.ndarray, labels: np.ndarray, temperature: float,
           "nll_ts": float(metrics.nll(logits / temperature, labels, from_logits=True))}
 
 
-def member_results(experiment: Any, variables: Any) -> dict[str, dict[str, float]]:
-  """One member's `{"val": {...}, "test": {...}}` (see the module docstring); classification
-  only."""
+def member_results(experiment: Any, predict: Callable, variables: Any
+                   ) -> dict[str, dict[str, float]]:
+  """One member's `{"val": {...}, "test": {...}}` (see the module docstring) from its
+  `variables` and the jitted `predict(variables, batch)` (`step.make_predict_fn`);
+  classification only."""
   num_bins = experiment.config.eval.num_bins
-  val_logits, val_labels = _logits(experiment, variables, "val")
+  val_logits, val_labels = _logits(experiment, predict, variables, "val")
   temperature = posthoc.fit_temperature(val_logits, val_labels)
-  test_logits, test_labels = _logits(experiment, variables, "test")
+  test_logits, test_labels = _logits(experiment, predict, variables, "test")
   val = _scores(val_logits, val_labels, temperature, num_bins)
   val["temperature"] = temperature
   return {"val": val, "test": _scores(test_logits, test_labels, temperature, num_bins)}

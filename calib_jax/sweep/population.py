@@ -56,7 +56,8 @@ def _vectorized(member_step, states, values, batches, *, shared_batch: bool):
 
 def _looped(member_step, states, values, batches, *, shared_batch: bool):
   """One member after another inside the program: `lax.map`, each member the single run's own
-  unbatched products (what XLA:CPU runs fastest; still one compile and one dispatch)."""
+  unbatched products and one member's activations at a time (still one compile and one
+  dispatch)."""
   if shared_batch:
     return jax.lax.map(lambda args: member_step(*args, batches), (states, values))
   return jax.lax.map(lambda args: member_step(*args), (states, values, batches))

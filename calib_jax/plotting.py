@@ -151,10 +151,14 @@ def smooth_reliability_diagram(probs, labels, path: str, title: Optional[str] = 
   curve = metrics.smooth_calibration_curve(probs, labels, mask=mask, bandwidth=bandwidth,
                                            num_points=num_points)
   t, accuracy, density = curve["t"], curve["accuracy"], curve["density"]
+  # Where almost no confidence falls the smoothed accuracy is a ratio of two near-zero sums
+  # (a noise spike, not data): not drawn, as relplot's density-scaled line leaves it out.
+  accuracy = np.where(density >= 1e-3 * float(np.max(density)), accuracy, np.nan)
   fig, (ax_curve, ax_density) = plt.subplots(
       2, 1, figsize=(5, 6), gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
   ax_curve.plot([0, 1], [0, 1], "k--", linewidth=1, label="perfect calibration")
-  ax_curve.fill_between(t, t, accuracy, color="tab:red", alpha=0.15, label="gap")
+  ax_curve.fill_between(t, t, accuracy, where=np.isfinite(accuracy), color="tab:red",
+                        alpha=0.15, label="gap")
   # Line width follows the density, so sparsely populated confidences draw thin.
   width = 0.5 + 4.0 * density / max(float(density.max()), 1e-12)
   points = np.stack([t, accuracy], axis=1)

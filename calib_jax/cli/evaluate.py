@@ -5,6 +5,9 @@ temperature scaling, written to `<workdir>/eval_<split>/metrics.json` with plots
         [--split=test] [--step=N]
 
 (`python eval.py ...` in a source checkout, `python -m calib_jax.cli.evaluate ...` anywhere.)
+With `--predictions=FILE.npz` any model's logits are evaluated instead (no config or model):
+post-hoc calibrators, bootstrap intervals, conformal sets, failure and OOD detection
+(`evaluation.predictions`), written to `<workdir>/eval_predictions/`.
 With `--weights=FILE` (our variables file, or a torchvision / timm .pth/.pt/.bin/.safetensors
 state dict of the config's model) those weights are evaluated instead of a checkpoint: no
 training run is needed, the workdir only receives the results.
@@ -25,6 +28,10 @@ _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (de
 _MEMBER = absl_flags.DEFINE_string(
     "member", None, "For a sweep's run (config.sweep): the member to evaluate (0-based index) "
     "or 'all' (the default for a sweep); results go to <workdir>/eval_<split>/member<i>/.")
+_PREDICTIONS = absl_flags.DEFINE_string(
+    "predictions", None, "An .npz of any model's predictions (arrays val_logits, val_labels, "
+    "test_logits, test_labels; optional ood_logits) to evaluate instead of a run: no config or "
+    "model; results in <workdir>/eval_predictions/.")
 _WEIGHTS = absl_flags.DEFINE_string(
     "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
     "file or a PyTorch .pth/.pt/.bin/.safetensors state dict of the config's model.")
@@ -43,6 +50,9 @@ def main(argv: list[str]) -> None:
   if _WEIGHTS.value and _STEP.value is not None:
     raise app.UsageError("--step picks a checkpoint; it cannot go with --weights")
   workdir = flags.workdir()
+  if _PREDICTIONS.value:
+    _evaluate_predictions(_PREDICTIONS.value, workdir)
+    return
   if _WEIGHTS.value:
     resolved = os.path.abspath(os.path.expanduser(_WEIGHTS.value))
     if not os.path.isfile(resolved):  # Before the workdir is made for the results.
@@ -65,6 +75,24 @@ def main(argv: list[str]) -> None:
           FileNotFoundError, reporting.WorkdirError, ValueError) as e:
     logging.error("%s", e)
     sys.exit(f"eval.py: {str(e).splitlines()[0] if not isinstance(e, ConfigError) else e}")
+
+
+def _evaluate_predictions(path: str, workdir: str) -> None:
+  """`--predictions=FILE.npz`: the report of the file's logits; bad files exit with one line."""
+  from calib_jax.evaluation import predictions
+  if _WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None:
+    sys.exit("eval.py: --predictions evaluates a file's logits; it cannot go with --weights, "
+             "--member or --step")
+  try:
+    arrays = predictions.load_npz(os.path.abspath(os.path.expanduser(path)))
+    results = predictions.evaluate_predictions(**{
+        k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL})
+  except predictions.PredictionsError as e:
+    sys.exit(f"eval.py: {e}")
+  files = predictions.write_report(os.path.join(workdir, predictions.PREDICTIONS_DIR), arrays,
+                                   results)
+  print(predictions.format_table(results))
+  print(f"\nwritten: {', '.join(files.values())}")
 
 
 def _members(config) -> list[int | None]:

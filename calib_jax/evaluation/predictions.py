@@ -1,0 +1,272 @@
+"""Any model's predictions: the calibration report from logits alone, no config or model.
+
+    results = calib_jax.evaluate_predictions(val_logits, val_labels, test_logits, test_labels,
+                                             ood_logits=None)
+    python eval.py --predictions=preds.npz --workdir=DIR    # DIR/eval_predictions/metrics.json
+
+The validation split fits; the test split is reported:
+
+* `calibrators`: for the raw logits (`"raw"`) and each post-hoc calibrator named in
+  `calibrators` (`posthoc.fit_calibrator`, fitted on val): the test split's `accuracy`, `ece`,
+  `aece`, `smooth_ece`, `rms_ece`, `nll`, `brier` and `aurc` (of the calibrated maximum
+  probability), and 95 % bootstrap percentile intervals of `ece`, `smooth_ece` and `aurc`
+  (`metrics.bootstrap`, `bootstrap_samples` resamples; `{value, lower, upper, std}`);
+  `conformal`: split-conformal THR and APS sets (`conformal.fit` on val, APS randomised, the
+  library's default) at each `alpha`, with their test `coverage` and `mean_set_size`;
+* `failure`: detecting the wrong test predictions (the positives) by a low confidence score,
+  `metrics.detection`'s convention: `auroc`, `aupr` and `fpr_at_95_tpr` (the share of correct
+  predictions flagged when 95 % of the wrong ones are) for the scores `msp`, `max_logit`,
+  `neg_entropy`, `energy` and `pnorm` (`max_logit_pnorm` with the p fitted on val by AURC, or
+  the MSP where no p beats it: `pnorm_p` says which);
+* `ood` (with `ood_logits`): detecting the OOD samples (positives) among the test split and the
+  OOD set by the same scores: `auroc`, `aupr` (AUPR-Out) and `fpr_at_95_tpr` (the share of test
+  samples flagged when 95 % of the OOD set is).
+
+Bad inputs raise `PredictionsError` (a `ValueError`), one line naming the array and the problem.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from calib_jax import conformal, metrics, posthoc
+
+DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
+CONFORMAL_SETS = ("thr", "aps")
+REQUIRED = ("val_logits", "val_labels", "test_logits", "test_labels")
+OPTIONAL = ("ood_logits",)
+INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
+
+
+class PredictionsError(ValueError):
+  """Arrays that cannot be evaluated; the message is one line naming the array."""
+
+
+def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """The arrays of `REQUIRED` (and `ood_logits` if given) as numpy, checked: logits `[N, C]`
+  finite floats with the same C, labels `[N]` integers in [0, C) matching their logits."""
+  missing = [k for k in REQUIRED if arrays.get(k) is None]
+  if missing:
+    raise PredictionsError(f"predictions: missing array {missing[0]!r} (needed: "
+                           f"{', '.join(REQUIRED)}; optional: {', '.join(OPTIONAL)})")
+  out = {k: np.asarray(arrays[k]) for k in REQUIRED + OPTIONAL if arrays.get(k) is not None}
+  num_classes = None
+  for name in ("val_logits", "test_logits", "ood_logits"):
+    if name not in out:
+      continue
+    logits = out[name]
+    if logits.ndim != 2 or not np.issubdtype(logits.dtype, np.floating):
+      raise PredictionsError(f"predictions: {name} must be a float array [N, C], got "
+                             f"{logits.dtype} {list(logits.shape)}")
+    if num_classes is None:
+      num_classes = logits.shape[1]
+    if logits.shape[1] != num_classes or num_classes < 2:
+      raise PredictionsError(f"predictions: {name} has {logits.shape[1]} classes, val_logits "
+                             f"{num_classes} (all logits need the same C >= 2)")
+    if logits.shape[0] < 1:
+      raise PredictionsError(f"predictions: {name} has no samples")
+    bad = int(np.sum(~np.isfinite(logits)))
+    if bad:
+      raise PredictionsError(f"predictions: {name} has {bad} NaN or infinite value(s)")
+  for split in ("val", "test"):
+    logits, labels = out[f"{split}_logits"], out[f"{split}_labels"]
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+      raise PredictionsError(f"predictions: {split}_labels must be integers [N], got "
+                             f"{labels.dtype} {list(labels.shape)}")
+    if labels.shape[0] != logits.shape[0]:
+      raise PredictionsError(f"predictions: {split}_labels has {labels.shape[0]} samples, "
+                             f"{split}_logits {logits.shape[0]}")
+    outside = labels[(labels < 0) | (labels >= num_classes)]
+    if outside.size:
+      raise PredictionsError(f"predictions: {split}_labels holds {outside[0]}, outside [0, "
+                             f"{num_classes}) ({outside.size} such label(s))")
+  return out
+
+
+def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Array,
+                 bootstrap_samples: int) -> dict[str, Any]:
+  confidence = jnp.max(probs, -1)
+  correct = jnp.argmax(probs, -1) == labels
+  result = {
+      "accuracy": metrics.accuracy(probs, labels),
+      "ece": metrics.ece(probs, labels, num_bins),
+      "aece": metrics.aece(probs, labels, num_bins),
+      "smooth_ece": metrics.smooth_ece(probs, labels),
+      "rms_ece": metrics.rms_calibration_error(probs, labels, num_bins),
+      "nll": metrics.nll(probs, labels),
+      "brier": metrics.brier(probs, labels),
+      "aurc": metrics.aurc(confidence, correct),
+  }
+  result = {k: float(v) for k, v in result.items()}
+  if bootstrap_samples:
+    keys = jax.random.split(key, len(INTERVAL_KEYS))
+    ece = lambda p, y: metrics.ece(p, y, num_bins)  # noqa: E731
+    fns = {"ece": (ece, (probs, labels)), "smooth_ece": (metrics.smooth_ece, (probs, labels)),
+           "aurc": (metrics.aurc, (confidence, correct))}
+    result["intervals"] = {
+        name: {k: float(v) for k, v in metrics.bootstrap(
+            fn, *args, num_samples=bootstrap_samples, key=k_).items()}
+        for (name, (fn, args)), k_ in zip(fns.items(), keys)}
+  return result
+
+
+def _conformal(val_probs, val_labels, test_probs, test_labels,
+               alphas: Sequence[float]) -> dict[str, dict[str, float]]:
+  out = {}
+  for name in CONFORMAL_SETS:
+    for alpha in alphas:
+      predictor = conformal.fit(name, val_probs, val_labels, alpha, from_logits=False)
+      sets = predictor(test_probs)
+      out[f"{name}@{alpha:g}"] = {"alpha": float(alpha),
+                                  "coverage": float(conformal.coverage(sets, test_labels)),
+                                  "mean_set_size": float(conformal.mean_set_size(sets))}
+  return out
+
+
+def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
+  """The scores of `failure` and `ood` (higher = more confident / more in-distribution)."""
+  return {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
+          "neg_entropy": posthoc.neg_entropy(logits), "energy": posthoc.energy(logits),
+          "pnorm": (posthoc.msp(logits) if pnorm_p is None
+                    else posthoc.max_logit_pnorm(logits, pnorm_p))}
+
+
+def _detection(scores: dict[str, jax.Array], positives: jax.Array) -> dict[str, dict[str, float]]:
+  return {name: {"auroc": float(metrics.auroc(s, positives)),
+                 "aupr": float(metrics.aupr(s, positives)),
+                 "fpr_at_95_tpr": float(metrics.fpr_at_tpr(s, positives, 0.95))}
+          for name, s in scores.items()}
+
+
+def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: Any,
+                         *, ood_logits: Any = None,
+                         calibrators: Sequence[str] = DEFAULT_CALIBRATORS,
+                         alphas: Sequence[float] = (0.1, 0.05), num_bins: int = 15,
+                         bootstrap_samples: int = 1000, seed: int = 0) -> dict[str, Any]:
+  """The report of a model's val/test logits (see the module docstring for every key).
+
+  Args:
+    val_logits, val_labels: the fit split, `[N_val, C]` and `[N_val]`.
+    test_logits, test_labels: the reported split, `[N_test, C]` and `[N_test]`.
+    ood_logits: optional `[N_ood, C]` logits of an out-of-distribution set.
+    calibrators: names of `posthoc.calibrator_names()`, each fitted on val.
+    alphas: miscoverage levels of the conformal sets (target coverage 1 − alpha).
+    num_bins: bins of the binned calibration errors.
+    bootstrap_samples: resamples of the intervals (0: no intervals).
+    seed: the bootstrap's key.
+
+  Raises:
+    PredictionsError: a missing array, a shape mismatch, NaN logits, labels out of range.
+    ValueError: an unknown calibrator (with the valid names).
+  """
+  arrays = check_predictions({"val_logits": val_logits, "val_labels": val_labels,
+                              "test_logits": test_logits, "test_labels": test_labels,
+                              "ood_logits": ood_logits})
+  unknown = [c for c in calibrators if c not in posthoc.calibrator_names()]
+  if unknown:
+    raise ValueError(f"unknown calibrator {unknown[0]!r}; valid names: "
+                     f"{', '.join(posthoc.calibrator_names())}")
+  val_x = jnp.asarray(arrays["val_logits"], jnp.float32)
+  test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
+  val_y = jnp.asarray(arrays["val_labels"], jnp.int32)
+  test_y = jnp.asarray(arrays["test_labels"], jnp.int32)
+  probabilities = {"raw": (jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1))}
+  for name in calibrators:
+    calibrator = posthoc.fit_calibrator(name, val_x, val_y)
+    probabilities[name] = (calibrator(val_x), calibrator(test_x))
+  key = jax.random.key(seed)
+  report = {}
+  for name, (val_p, test_p) in probabilities.items():
+    report[name] = {"test": _calibration(test_p, test_y, num_bins, key, bootstrap_samples),
+                    "conformal": _conformal(val_p, val_y, test_p, test_y, alphas)}
+  pnorm_p = posthoc.select_pnorm(val_x, val_y)
+  wrong = jnp.argmax(test_x, -1) != test_y
+  results = {
+      "num_val": int(val_x.shape[0]), "num_test": int(test_x.shape[0]),
+      "num_classes": int(val_x.shape[1]), "num_bins": num_bins,
+      "bootstrap_samples": bootstrap_samples, "calibrators": report,
+      "pnorm_p": pnorm_p, "failure": _detection(confidence_scores(test_x, pnorm_p), wrong),
+  }
+  if "ood_logits" in arrays:
+    ood_x = jnp.asarray(arrays["ood_logits"], jnp.float32)
+    both = jnp.concatenate([test_x, ood_x])
+    is_ood = jnp.arange(both.shape[0]) >= test_x.shape[0]
+    results["num_ood"] = int(ood_x.shape[0])
+    results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
+  return results
+
+
+def format_table(results: dict[str, Any]) -> str:
+  """A plain-text summary of `evaluate_predictions`' results."""
+  lines = [f"{results['num_test']} test samples, {results['num_classes']} classes; calibrators "
+           f"and conformal sets fitted on {results['num_val']} validation samples", "",
+           f"{'calibrator':<14}{'acc':>8}{'ECE':>8}{'  ECE 95 % interval':<22}{'smECE':>8}"
+           f"{'NLL':>8}{'AURC':>8}"]
+  for name, entry in results["calibrators"].items():
+    t = entry["test"]
+    interval = t.get("intervals", {}).get("ece")
+    span = f"  [{interval['lower']:.4f}, {interval['upper']:.4f}]" if interval else ""
+    lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<22}"
+                 f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
+  lines += ["", f"{'conformal sets':<14}" + "".join(
+      f"{key:>18}" for key in next(iter(results["calibrators"].values()))["conformal"])]
+  for name, entry in results["calibrators"].items():
+    lines.append(f"{name:<14}" + "".join(
+        f"{c['coverage']:>9.3f} {c['mean_set_size']:>7.2f}" + " "
+        for c in entry["conformal"].values()))
+  lines.append("(coverage, mean set size)")
+  for part, title in (("failure", "wrong predictions"), ("ood", "OOD vs test")):
+    if part in results:
+      lines += ["", f"{title:<16}{'AUROC':>8}{'AUPR':>8}{'FPR95':>8}"]
+      lines += [f"{name:<16}{d['auroc']:>8.4f}{d['aupr']:>8.4f}{d['fpr_at_95_tpr']:>8.4f}"
+                for name, d in results[part].items()]
+  return "\n".join(lines)
+
+
+PREDICTIONS_DIR = "eval_predictions"
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+  """The arrays of an `.npz` file of predictions (`PredictionsError`, one line, if unreadable)."""
+  try:
+    with np.load(path, allow_pickle=False) as archive:
+      return {name: archive[name] for name in archive.files}
+  except FileNotFoundError:
+    raise PredictionsError(f"predictions: no such file {path}") from None
+  except (OSError, ValueError) as e:
+    raise PredictionsError(f"predictions: {path} is not a readable .npz file ({e})") from None
+
+
+def write_report(out_dir: str, arrays: Mapping[str, np.ndarray],
+                 results: dict[str, Any]) -> dict[str, str]:
+  """Writes `metrics.json`, `reliability.png` (the raw logits beside the calibrator with the
+  lowest test ECE) and `smooth_reliability.png` (the raw logits) to `out_dir`; returns the
+  files written."""
+  import json
+  import os
+  from calib_jax import plotting
+  os.makedirs(out_dir, exist_ok=True)
+  test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
+  test_y = np.asarray(arrays["test_labels"])
+  raw = jax.nn.softmax(test_x, -1)
+  fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
+  panels = {"raw logits": (raw, test_y)}
+  if fitted:
+    best = min(fitted, key=lambda k: fitted[k]["test"]["ece"])
+    calibrator = posthoc.fit_calibrator(best, jnp.asarray(arrays["val_logits"], jnp.float32),
+                                        jnp.asarray(arrays["val_labels"], jnp.int32))
+    panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
+  files = {
+      "metrics": os.path.join(out_dir, "metrics.json"),
+      "reliability": plotting.reliability_diagrams(
+          panels, os.path.join(out_dir, "reliability.png"), num_bins=results["num_bins"]),
+      "smooth_reliability": plotting.smooth_reliability_diagram(
+          raw, test_y, os.path.join(out_dir, "smooth_reliability.png"), title="raw logits"),
+  }
+  with open(files["metrics"], "w") as f:
+    json.dump({**results, "files": files}, f, indent=2, sort_keys=True)
+  return files

@@ -1,0 +1,119 @@
+"""Any model's predictions: `evaluate_predictions` against the metrics it is made of, its
+one-line errors, and `eval.py --predictions` as a user runs it."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import calib_jax
+from calib_jax import conformal, metrics, posthoc
+from calib_jax.evaluation import predictions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _logits(rng, n, c=5, signal=2.5, scale=3.0):
+  labels = rng.integers(0, c, n)
+  z = rng.normal(size=(n, c))
+  z[np.arange(n), labels] += signal
+  return (scale * z).astype(np.float32), labels
+
+
+@pytest.fixture(scope="module")
+def arrays():
+  rng = np.random.default_rng(0)
+  val_x, val_y = _logits(rng, 1500)
+  test_x, test_y = _logits(rng, 1500)
+  ood = (0.3 * rng.normal(size=(500, 5))).astype(np.float32)  # flat logits: low confidence
+  return {"val_logits": val_x, "val_labels": val_y, "test_logits": test_x,
+          "test_labels": test_y, "ood_logits": ood}
+
+
+@pytest.fixture(scope="module")
+def results(arrays):
+  return calib_jax.evaluate_predictions(**arrays, bootstrap_samples=100)
+
+
+def test_each_number_is_the_metric_it_names(arrays, results):
+  test_x, test_y = arrays["test_logits"], arrays["test_labels"]
+  raw = jax.nn.softmax(test_x, -1)
+  got = results["calibrators"]["raw"]["test"]
+  assert got["ece"] == pytest.approx(float(metrics.ece(raw, test_y)), abs=1e-6)
+  assert got["smooth_ece"] == pytest.approx(float(metrics.smooth_ece(raw, test_y)), abs=1e-6)
+  assert got["accuracy"] == pytest.approx(float(np.mean(test_x.argmax(-1) == test_y)))
+  ece = got["intervals"]["ece"]
+  assert ece["value"] == pytest.approx(got["ece"]) and ece["lower"] <= ece["upper"]
+  scaled = posthoc.fit_calibrator("temperature", arrays["val_logits"], arrays["val_labels"])
+  assert results["calibrators"]["temperature"]["test"]["nll"] == pytest.approx(
+      float(metrics.nll(scaled(test_x), test_y)), abs=1e-6)
+  # These logits are overconfident (scaled by 3): temperature scaling lowers the ECE.
+  assert results["calibrators"]["temperature"]["test"]["ece"] < got["ece"]
+  sets = conformal.fit("thr", jax.nn.softmax(arrays["val_logits"], -1), arrays["val_labels"],
+                       0.1, from_logits=False)(raw)
+  thr = results["calibrators"]["raw"]["conformal"]["thr@0.1"]
+  assert thr["mean_set_size"] == pytest.approx(float(conformal.mean_set_size(sets)))
+  for entry in results["calibrators"].values():  # split conformal: coverage near 1 - alpha
+    for name, c in entry["conformal"].items():
+      assert abs(c["coverage"] - (1 - c["alpha"])) < 0.03, name
+
+
+def test_detection_scores_find_wrong_predictions_and_the_ood_set(arrays, results):
+  wrong = arrays["test_logits"].argmax(-1) != arrays["test_labels"]
+  msp = posthoc.msp(arrays["test_logits"])
+  assert results["failure"]["msp"]["auroc"] == pytest.approx(
+      float(metrics.auroc(msp, wrong)), abs=1e-6)
+  assert results["failure"]["msp"]["auroc"] > 0.7
+  assert results["ood"]["max_logit"]["auroc"] > 0.95
+  assert results["num_ood"] == 500
+  assert set(results["failure"]) == {"msp", "max_logit", "neg_entropy", "energy", "pnorm"}
+
+
+def _without(arrays, key):
+  return {k: v for k, v in arrays.items() if k != key}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: _without(a, "test_labels"), r"^predictions: missing array 'test_labels' \(needed"),
+    (lambda a: {**a, "test_labels": a["test_labels"][:-1]},
+     r"^predictions: test_labels has 1499 samples, test_logits 1500$"),
+    (lambda a: {**a, "ood_logits": a["ood_logits"][:, :3]},
+     r"^predictions: ood_logits has 3 classes, val_logits 5"),
+    (lambda a: {**a, "val_logits": np.where(np.arange(5) == 2, np.nan, a["val_logits"])},
+     r"^predictions: val_logits has 1500 NaN or infinite value\(s\)$"),
+    (lambda a: {**a, "val_labels": a["val_labels"] + 1},
+     r"^predictions: val_labels holds 5, outside \[0, 5\)"),
+    (lambda a: {**a, "val_labels": a["val_labels"].astype(np.float32)},
+     r"^predictions: val_labels must be integers \[N\]"),
+])
+def test_bad_predictions_are_one_line_each(arrays, change, message):
+  with pytest.raises(predictions.PredictionsError, match=message):
+    predictions.evaluate_predictions(**{k: change(arrays).get(k) for k in
+                                        predictions.REQUIRED + predictions.OPTIONAL})
+
+
+def _eval(*args):
+  return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args],
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
+  small = {k: v[:300] for k, v in arrays.items()}
+  np.savez(tmp_path / "preds.npz", **small)
+  done = _eval(f"--predictions={tmp_path / 'preds.npz'}", f"--workdir={tmp_path / 'out'}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "temperature" in done.stdout and "OOD vs test" in done.stdout
+  out = tmp_path / "out" / predictions.PREDICTIONS_DIR
+  written = json.loads((out / "metrics.json").read_text())
+  assert written["calibrators"]["raw"]["test"]["ece"] == pytest.approx(
+      calib_jax.evaluate_predictions(**small)["calibrators"]["raw"]["test"]["ece"], abs=1e-6)
+  assert (out / "reliability.png").stat().st_size > 0
+  np.savez(tmp_path / "bad.npz", val_logits=small["val_logits"])
+  bad = _eval(f"--predictions={tmp_path / 'bad.npz'}", f"--workdir={tmp_path / 'out2'}")
+  assert bad.returncode == 1
+  assert bad.stderr.strip().splitlines()[-1] == (
+      "eval.py: predictions: missing array 'val_labels' (needed: val_logits, val_labels, "
+      "test_logits, test_labels; optional: ood_logits)")

@@ -2,6 +2,8 @@
 
 * ``bench_imagenet_like``: JPEGs of 300..500 px (ImageNet's train images average about 400x350)
   with 1-3 object boxes, read with the ``imagenet2012_boxes`` recipe.
+* ``bench_tiny_imagenet_like``: 64x64 JPEGs with one box, read with the ``tiny_imagenet``
+  recipe.
 * ``bench_voc_like``: 500x375 JPEGs (VOC 2012's usual size) with palette-style PNG label maps
   (classes 0..20, 255 on object borders), read with the ``voc2012_seg`` recipe.
 * ``bench_cityscapes_like``: 2048x1024 images with labelId PNGs (0..33), read with the
@@ -20,6 +22,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 IMAGENET_LIKE_EXAMPLES = 768
+TINY_IMAGENET_LIKE_EXAMPLES = 4096
 VOC_LIKE_EXAMPLES = 256
 CITYSCAPES_LIKE_EXAMPLES = 32
 
@@ -76,6 +79,33 @@ class BenchImagenetLike(tfds.core.GeneratorBasedBuilder):
         boxes.append(tfds.features.BBox(lo[0], lo[1], min(hi[0], 1.0), min(hi[1], 1.0)))
       yield i, {"image": _encode(image, "JPEG"), "label": int(rng.integers(1000)),
                 "objects": {"bbox": boxes}}
+
+
+class BenchTinyImagenetLike(tfds.core.GeneratorBasedBuilder):
+  """Tiny-ImageNet-like 64x64 JPEGs with one box, generated for benchmarking only."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(64, 64, 3), encoding_format="jpeg"),
+            "label": tfds.features.ClassLabel(num_classes=200),
+            "objects": tfds.features.Sequence({"bbox": tfds.features.BBoxFeature()}),
+        }))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {"train": self._generate_examples(TINY_IMAGENET_LIKE_EXAMPLES)}
+
+  def _generate_examples(self, n):
+    rng = np.random.default_rng(3)
+    for i in range(n):
+      lo = rng.uniform(0, 0.5, 2)
+      box = tfds.features.BBox(lo[0], lo[1], lo[0] + 0.5, lo[1] + 0.5)
+      yield i, {"image": _encode(_photo(rng, 64, 64), "JPEG"), "label": int(rng.integers(200)),
+                "objects": {"bbox": [box]}}
 
 
 class BenchVocLike(tfds.core.GeneratorBasedBuilder):

@@ -3,7 +3,8 @@
 Workloads (``--which``; the recipes are the library's own, through `data.make_dataset`):
   * cifar: clutter_objects (32x32 PNGs read from tfrecords), with the CIFAR recipe (pad-4 crop
     + flip) and with the ALS recipe (box-aware inception crop + exact objectness + 15 % context
-    samples, and the 'mask' variant).
+    samples, and the 'mask' variant); a generated Tiny-ImageNet-like dataset (64x64 JPEGs)
+    with its recipe (pad-8 crop + flip).
   * cache: the CIFAR-style stream in the epochs after the first, without and with the training
     stream's in-memory caches ('decoded' with augmentation, 'processed' without).
   * imagenet: a generated ImageNet-like dataset (JPEGs of 300..500 px with 1-3 boxes),
@@ -91,6 +92,9 @@ def _configs(which: str, data_dir: str) -> dict[str, Config]:
                             "clutter_objects", dict(common, objectness=True, context_rate=0.15)),
         "cifar_mask": Config("CIFAR-style 32x32: + mask variant", "clutter_objects",
                              dict(common, mask_variant=True, context_rate=0.15)),
+        "tiny_imagenet": Config(
+            "Tiny-ImageNet-style 64x64 JPEG: pad-8 crop + flip", "tiny_imagenet",
+            dict(common, tfds_name="bench_tiny_imagenet_like", cache="none")),
     })
   if which in ("cache", "all"):
     common = dict(batch_size=256, train=True, data_dir=data_dir)
@@ -221,10 +225,51 @@ def _run_pinned(key: str, cpus: set[int], calib_root: str) -> dict[str, Any]:
 def _prepare(which: str, data_dir: str) -> None:
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   import bench_datasets  # noqa: F401  # pylint: disable=g-import-not-at-top
-  for w, name in (("imagenet", "bench_imagenet_like"), ("voc", "bench_voc_like"),
-                  ("cityscapes", "bench_cityscapes_like")):
-    if which in (w, "all") or (which == "segmentation" and w != "imagenet"):
+  for w, name in (("cifar", "bench_tiny_imagenet_like"), ("imagenet", "bench_imagenet_like"),
+                  ("voc", "bench_voc_like"), ("cityscapes", "bench_cityscapes_like")):
+    if which in (w, "all") or (which == "segmentation" and w in ("voc", "cityscapes")):
       tfds.builder(name, data_dir=data_dir).download_and_prepare()
+
+
+# What each recipe of calib_jax/configs reads (a workload above) and the dry run's estimates of
+# its step (docs/results/accelerators/<name>.json), with the host vCPUs per chip of the machine
+# that hosts such chips (docs/accelerators.md; BENCHMARKS.md cites the public figures).
+RECIPES = (
+    ("ImageNet ResNet-50 ACLS", "imagenet", ("imagenet_resnet50_acls_v5e-4x8_dtype-bfloat16",
+                                             "imagenet_resnet50_acls_h100-8_dtype-bfloat16")),
+    ("ImageNet ResNet-50 LS-SC", "imagenet", ("imagenet_resnet50_ls_sc_v5e-4x8_dtype-bfloat16",)),
+    ("ImageNet ViT-S/16 SAM", "imagenet", ("imagenet_vit_s16_sam_v5e-4x8",
+                                           "imagenet_vit_s16_sam_h100-8")),
+    ("ImageNet boxes ALS ResNet-50", "imagenet_als",
+     ("imagenet_boxes_resnet50_als_v5e-4x8_dtype-bfloat16",)),
+    ("VOC DeepLabV3 ResNet-50", "voc", ("voc2012_deeplabv3_resnet50_v5e-2x4_dtype-bfloat16",
+                                        "voc2012_deeplabv3_resnet50_h100-8_dtype-bfloat16")),
+    ("Cityscapes DeepLabV3+ ResNet-101", "cityscapes",
+     ("cityscapes_deeplabv3plus_resnet101_v5e-2x2_dtype-bfloat16",
+      "cityscapes_deeplabv3plus_resnet101_h100-4_dtype-bfloat16")),
+    ("CIFAR-10 ResNet-50", "cifar_pad", ("cifar10_resnet50_v5e-2x4", "cifar10_resnet50_h100-1")),
+    ("Tiny ImageNet ResNet-50", "tiny_imagenet", ("tiny_imagenet_resnet50_v5e-2x4",)),
+)
+HOST_VCPUS_PER_CHIP = {"v5e": 224 / 8, "h100": 208 / 8}  # ct5lp-hightpu-8t; a3-highgpu-8g
+
+
+def _print_cores_per_chip(per_core: dict[str, float]) -> None:
+  """Host cores each chip needs: the chip's images/s (global batch / chips / estimated step
+  time) over the pipeline's images/s on one pinned core."""
+  print("\n| recipe | topology (dtype) | chip images/s (dry run) | pipeline images/s per core "
+        "| cores needed per chip | host vCPUs per chip |")
+  print("|---|---|---|---|---|---|")
+  for recipe, workload, runs in RECIPES:
+    if workload not in per_core:
+      continue
+    for run in runs:
+      with open(os.path.join(_ROOT, "docs", "results", "accelerators", run + ".json")) as f:
+        est = json.load(f)
+      chip_rate = est["global_batch"] / est["chips"] / est["step_seconds_estimate"]
+      vcpus = HOST_VCPUS_PER_CHIP[est["topology"].split(":")[0]]
+      print(f"| {recipe} | {est['topology']} ({est.get('dtype', 'float32')}) | {chip_rate:,.0f} "
+            f"| {per_core[workload]:,.1f} | {chip_rate / per_core[workload]:,.1f} "
+            f"| {vcpus:.0f} |")
 
 
 def main(argv: list[str]) -> None:
@@ -251,6 +296,7 @@ def main(argv: list[str]) -> None:
   print("| pipeline | calib_jax | batch | cores | images/s (best) | images/s (median) "
         "| per core (best) | others on these cores | load avg |")
   print("|---|---|---|---|---|---|---|---|---|")
+  per_core = {}  # the working tree's images/s pinned to one core, by workload
   for key, config in _configs(_WHICH.value, _DATA_DIR.value).items():
     for n in counts:
       cpus = set(available[-n:])
@@ -266,6 +312,9 @@ def main(argv: list[str]) -> None:
         print(f"| {config.label} | {version} | {config.kw['batch_size']} | {n} "
               f"| {max(rates):,.1f} | {np.median(rates):,.1f} | {max(rates) / n:,.1f} "
               f"| {result['others']:.2f}{rerun} | {os.getloadavg()[0]:.2f} |", flush=True)
+        if n == 1 and root == _ROOT:
+          per_core[key] = max(rates)
+  _print_cores_per_chip(per_core)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,35 @@ def test_fill_boxes_fills_others_and_keeps_the_kept_object():
   np.testing.assert_array_equal(everything[both], np.broadcast_to(fill, (both.sum(), 3)))
 
 
+def _fill_boxes_per_box_masks(image, boxes, fill_value, keep=None):
+  """The earlier fill_boxes: a [K, H, W] mask per box, reduced, broadcast over channels."""
+  per_box = B.box_pixel_mask(boxes, tf.shape(image)[0], tf.shape(image)[1])
+  if keep is None:
+    region = tf.reduce_any(per_box, axis=0)
+  else:
+    region = (tf.reduce_any(per_box & ~keep[:, None, None], axis=0)
+              & ~tf.reduce_any(per_box & keep[:, None, None], axis=0))
+  fill = tf.broadcast_to(tf.cast(fill_value, image.dtype), tf.shape(image))
+  return tf.where(region[:, :, None], fill, image)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_fill_boxes_equals_per_box_masks(channels):
+  """The product form of the box union fills exactly the pixels the per-box masks did."""
+  rng = np.random.default_rng(channels)
+  for _ in range(20):
+    h, w, k = rng.integers(1, 60), rng.integers(1, 60), rng.integers(0, 5)
+    image = tf.constant(rng.uniform(0, 255, (h, w, channels)).astype(np.float32))
+    lo = rng.uniform(-0.2, 1.0, (k, 2))
+    boxes = tf.constant(np.concatenate([lo, lo + rng.uniform(-0.1, 0.8, (k, 2))], 1), tf.float32)
+    keep = tf.constant(rng.random(k) < 0.4)
+    fill = rng.uniform(0, 255, channels).astype(np.float32) if rng.random() < 0.7 else 3.5
+    for kept in (None, keep):
+      np.testing.assert_array_equal(
+          B.fill_boxes(image, boxes, fill, keep=kept).numpy(),
+          _fill_boxes_per_box_masks(image, boxes, fill, keep=kept).numpy())
+
+
 def test_decode_inception_crop_matches_decoding_then_cropping():
   rng = np.random.default_rng(6)
   coarse = rng.integers(0, 256, (8, 10, 3)).astype(np.uint8)

@@ -136,6 +136,26 @@ def box_pixel_mask(boxes: tf.Tensor, height, width) -> tf.Tensor:
   return in_y[:, :, None] & in_x[:, None, :]
 
 
+def _box_cover(boxes: tf.Tensor, height, width, channels, select: tf.Tensor | None
+               ) -> tf.Tensor:
+  """Bool ``[H, W * channels]``: pixel (i, j), each channel, lies in one of the selected boxes
+  (its centre inside, as `box_pixel_mask`).
+
+  A box's pixels are the product of its rows and its columns, so the union over boxes is a
+  ``[H, K] x [K, W * C]`` product of 0/1 floats (counts, exact) — laid out per channel so that
+  the fill needs no broadcast over the channel axis, which TensorFlow's CPU kernels make slow.
+  """
+  cy = (tf.cast(tf.range(height), tf.float32) + 0.5) / tf.cast(height, tf.float32)
+  cx = (tf.cast(tf.range(width), tf.float32) + 0.5) / tf.cast(width, tf.float32)
+  boxes = tf.cast(boxes, tf.float32)
+  in_y = (cy[None, :] >= boxes[:, 0:1]) & (cy[None, :] < boxes[:, 2:3])
+  in_x = (cx[None, :] >= boxes[:, 1:2]) & (cx[None, :] < boxes[:, 3:4])
+  if select is not None:
+    in_y = in_y & select[:, None]
+  in_x = tf.repeat(in_x, channels, axis=1)
+  return tf.matmul(tf.cast(in_y, tf.float32), tf.cast(in_x, tf.float32), transpose_a=True) > 0.5
+
+
 def fill_boxes(image: tf.Tensor, boxes: tf.Tensor, fill_value, keep: tf.Tensor | None = None
                ) -> tf.Tensor:
   """Fills the pixels of ``boxes`` with ``fill_value`` (e.g. the dataset's mean pixel).
@@ -148,16 +168,16 @@ def fill_boxes(image: tf.Tensor, boxes: tf.Tensor, fill_value, keep: tf.Tensor |
       overlap a filled box (the 'mask' variant keeps one object intact).
   """
   shape = tf.shape(image)
-  per_box = box_pixel_mask(boxes, shape[0], shape[1])  # [K, H, W]
+  height, width, channels = shape[0], shape[1], shape[2]
   if keep is None:
-    region = tf.reduce_any(per_box, axis=0)
+    region = _box_cover(boxes, height, width, channels, None)
   else:
     keep = tf.cast(keep, tf.bool)
-    filled = tf.reduce_any(per_box & ~keep[:, None, None], axis=0)
-    kept = tf.reduce_any(per_box & keep[:, None, None], axis=0)
-    region = filled & ~kept
-  fill = tf.broadcast_to(tf.cast(fill_value, image.dtype), tf.shape(image))
-  return tf.where(region[:, :, None], fill, image)
+    region = (_box_cover(boxes, height, width, channels, ~keep)
+              & ~_box_cover(boxes, height, width, channels, keep))
+  fill_row = tf.tile(tf.broadcast_to(tf.cast(fill_value, image.dtype), [channels]), [width])
+  flat = tf.where(region, fill_row[None, :], tf.reshape(image, [height, width * channels]))
+  return tf.reshape(flat, shape)
 
 
 def _resize(image: tf.Tensor, size: Sequence[int], method: str) -> tf.Tensor:

@@ -191,15 +191,17 @@ class SegmentationProcessor:
 
   def __call__(self, ex: Example, seed: tf.Tensor, index: tf.Tensor | None = None) -> Example:
     del index
-    image = tf.cast(decode_image(ex[self.image_key], self.channels), tf.float32)
-    seg = tf.cast(decode_image(ex[self.seg_key], 1), tf.int32)
-    if self.label_lut is not None:
-      seg = tf.gather(tf.constant(self.label_lut), seg)
-    if self.train:
+    image = decode_image(ex[self.image_key], self.channels)
+    seg = decode_image(ex[self.seg_key], 1)
+    lut = None if self.label_lut is None else tf.constant(self.label_lut)
+    if self.train:  # Crops first, then maps the crop's labels (`crops.scale_pad_crop`).
       image, seg = crops.scale_pad_crop(image, seg, seed, size=self.size, scale=self.seg_scale,
                                         flip=self.flip, mean_pixel=self.mean_pixel,
-                                        ignore_label=self.ignore_label)
+                                        ignore_label=self.ignore_label, label_lut=lut)
     else:
+      image, seg = tf.cast(image, tf.float32), tf.cast(seg, tf.int32)
+      if lut is not None:
+        seg = tf.gather(lut, seg)
       image, seg = crops.fit_and_pad(image, seg, shape=self.eval_shape,
                                      mean_pixel=self.mean_pixel, ignore_label=self.ignore_label)
     seg = seg[:, :, 0]

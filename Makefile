@@ -82,5 +82,7 @@ bench: crosscheck
 	$(PY) bench/toolkit_speed.py --sizes=1e5,1e6 --classes=10,1000
 	$(PY) bench/posthoc_speed.py --sizes 1e5,1e6 --classes 10,100
 	$(PY) bench/train_step.py
-	$(PY) bench/input_pipeline.py --batches 25 --repeats 3
+	$(PY) bench/input_pipeline.py --batches 25 --repeats 3 --cores 1
 	$(PY) bench/scaling.py --steps 3 --repeats 3
+	$(PY) bench/loop_throughput.py --steps 1000 --repeats 3
+	$(PY) bench/sweep_throughput.py --steps 150 --log_every 50 --repeats 2

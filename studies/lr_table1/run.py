@@ -14,22 +14,9 @@ from typing import Any
 
 from studies.lr_table1 import config as study_config
 from studies.lr_table1.report import update_readme, write_report
+from studies.lr_table1 import sweeps as sweeps_lib
 from studies.lr_table1.summaries import (Summary, final_rows, load_summary, split_check_rows,
-                                         summary_path)
-
-
-def summarize(results: dict[str, Any], seconds: float) -> Summary:
-  """The numbers the report needs from one run's `metrics.json`."""
-  pre, post = results["pre_temperature"], results["post_temperature"]
-  out = {"split": results["split"], "step": results["step"], "accuracy": pre["accuracy"],
-         "ece": pre["ece"], "aece": pre["aece"], "nll": pre["nll"],
-         "average_confidence": pre["average_confidence"], "aurc": pre["aurc"],
-         "temperature": results["fit"]["temperature"], "ece_post": post["ece"],
-         "accuracy_post": post["accuracy"], "seconds": seconds}
-  if "post_temperature_grid" in results:
-    out["temperature_grid"] = results["fit"]["temperature_grid"]
-    out["ece_post_grid"] = results["post_temperature_grid"]["ece"]
-  return out
+                                         summarize, summary_path)
 
 
 def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
@@ -89,31 +76,6 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
   return result
 
 
-def _run_sweeps(workdir: str, out_dir: str, seeds: list[int], max_minutes: float,
-                start: float) -> int:
-  from calib_jax.training import preemption
-  from studies.lr_table1 import sweeps as sweeps_lib
-  while todo := sweeps_lib.sweep_plan(out_dir, seeds):
-    if max_minutes and time.monotonic() - start > 60 * max_minutes:
-      print(f"time budget reached; {len(todo)} sweep(s) left", flush=True)
-      return 0
-    variant, text = todo[0][:2]
-    began = time.monotonic()
-    try:
-      written = sweeps_lib.run_sweep(todo[0], workdir, out_dir)
-    except preemption.Preempted as e:
-      print(f"{variant} [{text}]: {e}", flush=True)
-      return preemption.PREEMPTED_EXIT_CODE
-    for member_variant, seed, summary in written:
-      text_row = summary.get("diverged") or (f"acc {summary['accuracy']:.4f} "
-                                             f"ECE {summary['ece']:.4f}")
-      print(f"{member_variant:<24} seed {seed}: {text_row}", flush=True)
-    print(f"sweep {variant} [{text}]: {len(written)} member(s) in "
-          f"{time.monotonic() - began:.0f} s; {len(todo) - 1} sweep(s) left", flush=True)
-    write_report(out_dir, workdir, seeds)
-  return 0
-
-
 def _runs(count: int) -> str:
   return f"{count} run" + ("" if count == 1 else "s")
 
@@ -126,7 +88,7 @@ def run_study(workdir: str, out_dir: str, seeds: list[int], max_minutes: float =
   Returns the exit code: 0, or the preemption code when a run was stopped by SIGTERM."""
   start, durations = time.monotonic(), []  # durations: this process's runs, for the ETA
   if sweeps and not report_only:
-    code = _run_sweeps(workdir, out_dir, seeds, max_minutes, start)
+    code = sweeps_lib.run_sweeps(workdir, out_dir, seeds, max_minutes, start)
     if code:
       return code
     report_only = True

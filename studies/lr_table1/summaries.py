@@ -161,3 +161,17 @@ def rows(out_dir: str, seeds: list[int]) -> list[Row]:
     ece = mean_std([r[ece_key] for r in done]) if done else None
     result.append(Row(key, variant, target, len(runs), acc, ece, len(done)))
   return result
+
+
+def summarize(results: dict[str, Any], seconds: float) -> Summary:
+  """The numbers the report needs from one run's `metrics.json`."""
+  pre, post = results["pre_temperature"], results["post_temperature"]
+  out = {"split": results["split"], "step": results["step"], "accuracy": pre["accuracy"],
+         "ece": pre["ece"], "aece": pre["aece"], "nll": pre["nll"],
+         "average_confidence": pre["average_confidence"], "aurc": pre["aurc"],
+         "temperature": results["fit"]["temperature"], "ece_post": post["ece"],
+         "accuracy_post": post["accuracy"], "seconds": seconds}
+  if "post_temperature_grid" in results:
+    out["temperature_grid"] = results["fit"]["temperature_grid"]
+    out["ece_post_grid"] = results["post_temperature_grid"]["ece"]
+  return out

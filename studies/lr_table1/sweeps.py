@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from studies.lr_table1 import config as study_config
-from studies.lr_table1.summaries import final_rows, load_summary, summary_path
+from studies.lr_table1.summaries import final_rows, load_summary, summarize, summary_path
 
 # (config variant the sweep starts from, sweep text, [(member variant, seed)], split)
 SweepItem = tuple[str, str, list[tuple[str, int]], str]
@@ -81,7 +81,6 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
   from calib_jax import config as config_lib
   from calib_jax.evaluation import report, run as evaluate
   from calib_jax.training import loop
-  from studies.lr_table1.run import summarize
 
   variant, text, members, split = item
   config = config_lib.load_config_file(f"{study_config.__file__}:{variant}")
@@ -109,3 +108,30 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
     _write(out_dir, member_variant, seed, summary)
     written.append((member_variant, seed, summary))
   return written
+
+
+def run_sweeps(workdir: str, out_dir: str, seeds: list[int], max_minutes: float,
+                start: float) -> int:
+  """Runs `sweep_plan` until it is empty or `max_minutes` (from `start`) have passed,
+  rewriting the report after each sweep; returns 0 or the preemption exit code."""
+  from calib_jax.training import preemption
+  from studies.lr_table1.report import write_report
+  while todo := sweep_plan(out_dir, seeds):
+    if max_minutes and time.monotonic() - start > 60 * max_minutes:
+      print(f"time budget reached; {len(todo)} sweep(s) left", flush=True)
+      return 0
+    variant, text = todo[0][:2]
+    began = time.monotonic()
+    try:
+      written = run_sweep(todo[0], workdir, out_dir)
+    except preemption.Preempted as e:
+      print(f"{variant} [{text}]: {e}", flush=True)
+      return preemption.PREEMPTED_EXIT_CODE
+    for member_variant, seed, summary in written:
+      text_row = summary.get("diverged") or (f"acc {summary['accuracy']:.4f} "
+                                             f"ECE {summary['ece']:.4f}")
+      print(f"{member_variant:<24} seed {seed}: {text_row}", flush=True)
+    print(f"sweep {variant} [{text}]: {len(written)} member(s) in "
+          f"{time.monotonic() - began:.0f} s; {len(todo) - 1} sweep(s) left", flush=True)
+    write_report(out_dir, workdir, seeds)
+  return 0

@@ -7,7 +7,9 @@ temperature scaling, written to `<workdir>/eval_<split>/metrics.json` with plots
 (`python eval.py ...` in a source checkout, `python -m calib_jax.cli.evaluate ...` anywhere.)
 With `--predictions=FILE.npz` any model's logits are evaluated instead (no config or model):
 post-hoc calibrators, bootstrap intervals, conformal sets, failure and OOD detection
-(`evaluation.predictions`), written to `<workdir>/eval_predictions/`.
+(`evaluation.predictions`), written to `<workdir>/eval_predictions/`. A trained run's report
+carries the same toolkit (`config.eval.toolkit`, `config.eval.calibrators`); `--ood=SET` adds
+OOD detection against the test split.
 With `--weights=FILE` (our variables file, or a torchvision / timm .pth/.pt/.bin/.safetensors
 state dict of the config's model) those weights are evaluated instead of a checkpoint: no
 training run is needed, the workdir only receives the results.
@@ -32,6 +34,10 @@ _PREDICTIONS = absl_flags.DEFINE_string(
     "predictions", None, "An .npz of any model's predictions (arrays val_logits, val_labels, "
     "test_logits, test_labels; optional ood_logits) to evaluate instead of a run: no config or "
     "model; results in <workdir>/eval_predictions/.")
+_OOD = absl_flags.DEFINE_string(
+    "ood", None, "Out-of-distribution set for the toolkit's OOD detection (config.eval.ood): "
+    "'context' (objects removed; datasets with boxes), a split of the dataset, or "
+    "'DATASET:SPLIT' of another registered dataset, e.g. --ood=mnist:test for Fashion-MNIST.")
 _WEIGHTS = absl_flags.DEFINE_string(
     "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
     "file or a PyTorch .pth/.pt/.bin/.safetensors state dict of the config's model.")
@@ -66,6 +72,8 @@ def main(argv: list[str]) -> None:
   except OSError as e:  # Before anything is built: the work directory cannot be written.
     sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
   config = flags.config()
+  if _OOD.value is not None:
+    config.eval.ood = _OOD.value
   try:
     for member in _members(config):
       results = evaluation.evaluate_run(config, workdir, split=_SPLIT.value, step=_STEP.value,
@@ -80,9 +88,9 @@ def main(argv: list[str]) -> None:
 def _evaluate_predictions(path: str, workdir: str) -> None:
   """`--predictions=FILE.npz`: the report of the file's logits; bad files exit with one line."""
   from calib_jax.evaluation import predictions
-  if _WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None:
-    sys.exit("eval.py: --predictions evaluates a file's logits; it cannot go with --weights, "
-             "--member or --step")
+  if _WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None or _OOD.value:
+    sys.exit("eval.py: --predictions evaluates a file's logits (its ood_logits array is the "
+             "OOD set); it cannot go with --weights, --member, --step or --ood")
   try:
     arrays = predictions.load_npz(os.path.abspath(os.path.expanduser(path)))
     results = predictions.evaluate_predictions(**{

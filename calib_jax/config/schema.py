@@ -158,6 +158,20 @@ def base_config() -> ml_collections.ConfigDict:
   # of the first validation images.
   c.eval.cam_images = 8
   c.eval.seg_map_images = 4
+  # The post-hoc toolkit (calib_jax.evaluation.toolkit; classification): each calibrator fitted
+  # on the fit split, its test metrics with 95 % bootstrap intervals, conformal sets at each
+  # alpha, and failure (and OOD) detection. () = no calibrators (the raw logits' rows remain).
+  c.eval.toolkit = True
+  c.eval.calibrators = ("temperature", "vector", "isotonic")
+  c.eval.conformal_alphas = (0.1, 0.05)
+  c.eval.bootstrap_samples = 1000       # 0 = no intervals
+  c.eval.toolkit_max_samples = 200_000  # larger splits are subsampled (seeded) for the toolkit
+  # Out-of-distribution set of the toolkit's OOD detection: '' (none), 'context' (the split's
+  # context-only images: objects filled with the mean pixel; datasets with boxes), a split of
+  # this dataset ('val', or a tfds split string), or 'DATASET:SPLIT' of another registered
+  # dataset with the same input channels (read at this model's input size and normalised as
+  # this dataset is).
+  c.eval.ood = ""
   c.lock()
   for field in FREE_FORM_FIELDS:
     _get(c, field).unlock()

@@ -65,6 +65,9 @@ class PipelineOptions:
       exponential back-off, about 205 s before an offline machine gives up).
     normalize: 'standardize' ((x/255 - mean) / std, the default) or 'center' (x/255 - mean),
       see `NORMALIZATIONS`.
+    normalize_as: a registered dataset whose mean and std normalise the images instead of this
+      dataset's own (same number of channels): an out-of-distribution set fed to a model as
+      its own inputs are (`eval.ood`).
     cache: training: what of the host's shard is kept in memory after the first epoch, so
       later epochs skip that work; the batches are bit-identical either way (`caching`).
       'processed' (model inputs; needs a processing without randomness), 'decoded' (images),
@@ -92,6 +95,7 @@ class PipelineOptions:
   download: bool = True
   download_retries: int = 3
   normalize: str = "standardize"
+  normalize_as: str | None = None
   cache: str | None = None
 
   @classmethod
@@ -135,6 +139,11 @@ class PipelineOptions:
     if self.normalize not in NORMALIZATIONS:
       raise ValueError(f"{name}: normalize must be one of {NORMALIZATIONS}, got "
                        f"{self.normalize!r}.")
+    if self.normalize_as is not None:
+      other = registry.info(self.normalize_as)  # Unknown names: ValueError with the names.
+      if other.mean is None or len(other.mean) != meta.input_shape[-1]:
+        raise ValueError(f"{name}: normalize_as={self.normalize_as!r} has no image statistics "
+                         f"for {meta.input_shape[-1]} channel(s).")
     if self.crop is not None and self.crop not in crops.CROPS:
       raise ValueError(f"{name}: crop must be one of {tuple(crops.CROPS)} (crops.CROPS), got "
                        f"{self.crop!r}.")

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from calib_jax.data import boxes as boxes_lib
-from calib_jax.data import checks, crops
+from calib_jax.data import checks, crops, registry
 from calib_jax.data.options import PipelineOptions
 from calib_jax.data.registry import DatasetSpec
 
@@ -65,9 +65,18 @@ def _read_boxes(ex: Example, key: str) -> tf.Tensor:
   return tf.reshape(tf.cast(b, tf.float32), [-1, 4])
 
 
+def _input_mean(meta, opts: PipelineOptions) -> tf.Tensor:
+  """The per-channel mean (of [0, 1] pixels) subtracted: the dataset's, or with
+  ``normalize_as`` that dataset's."""
+  stats = registry.info(opts.normalize_as) if opts.normalize_as else meta
+  return tf.constant(stats.mean, tf.float32)
+
+
 def _input_std(meta, opts: PipelineOptions) -> tf.Tensor:
-  """What centred pixels are divided by: the dataset's std, or 1 for ``normalize='center'``."""
-  std = meta.std if opts.normalize == "standardize" else (1.0,) * len(meta.std)
+  """What centred pixels are divided by: the dataset's std (with ``normalize_as`` that
+  dataset's), or 1 for ``normalize='center'``."""
+  stats = registry.info(opts.normalize_as) if opts.normalize_as else meta
+  std = stats.std if opts.normalize == "standardize" else (1.0,) * len(stats.std)
   return tf.constant(std, tf.float32)
 
 
@@ -82,7 +91,7 @@ class ClassificationProcessor:
     self.image_key, self.label_key, self.boxes_key = (source.image_key, source.label_key,
                                                       source.boxes_key)
     self.opts, self.train, self.stored_shape = opts, train, stored_shape
-    self.mean = tf.constant(meta.mean, tf.float32)
+    self.mean = _input_mean(meta, opts)
     self.std = _input_std(meta, opts)
     self.mean_pixel = self.mean * 255.0
     self.size = opts.image_hw(meta)
@@ -173,7 +182,7 @@ class SegmentationProcessor:
     self.train = train
     self.is_random = train  # random scale, pad and crop
     self.decodes_window = False
-    self.mean = tf.constant(meta.mean, tf.float32)
+    self.mean = _input_mean(meta, opts)
     self.std = _input_std(meta, opts)
     self.mean_pixel = self.mean * 255.0
     self.ignore_label = meta.ignore_label

@@ -13,6 +13,11 @@ The validation split fits; the test split is reported:
   (`metrics.bootstrap`, `bootstrap_samples` resamples; `{value, lower, upper, std}`);
   `conformal`: split-conformal THR and APS sets (`conformal.fit` on val, APS randomised, the
   library's default) at each `alpha`, with their test `coverage` and `mean_set_size`;
+* `skipped` (only when something was): a calibrator that refused to fit on this few
+  validation samples (`posthoc.TooFewSamplesError`: vector, matrix and Dirichlet scaling need
+  10 per free parameter), or conformal sets at an alpha that needs more of them
+  (`conformal@<alpha>`: n ≥ 1/alpha − 1), left out with the one-line reason here; the rest is
+  reported;
 * `failure`: detecting the wrong test predictions (the positives) by a low confidence score,
   `metrics.detection`'s convention: `auroc`, `aupr` and `fpr_at_95_tpr` (the share of correct
   predictions flagged when 95 % of the wrong ones are) for the scores `msp`, `max_logit`,
@@ -175,8 +180,19 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
   val_y = jnp.asarray(arrays["val_labels"], jnp.int32)
   test_y = jnp.asarray(arrays["test_labels"], jnp.int32)
   probabilities = {"raw": (jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1))}
+  skipped = {}
+  too_few = [a for a in alphas if conformal.min_calibration_size(a) > val_x.shape[0]]
+  for alpha in too_few:  # Split conformal cannot reach 1 − alpha on so few samples.
+    skipped[f"conformal@{alpha:g}"] = (
+        f"{val_x.shape[0]} validation samples are too few for conformal sets at alpha={alpha:g}"
+        f" (need >= {conformal.min_calibration_size(alpha)})")
+  alphas = [a for a in alphas if a not in too_few]
   for name in calibrators:
-    calibrator = posthoc.fit_calibrator(name, val_x, val_y)
+    try:
+      calibrator = posthoc.fit_calibrator(name, val_x, val_y)
+    except posthoc.TooFewSamplesError as e:  # Report the others; say why this one is missing.
+      skipped[name] = str(e)
+      continue
     probabilities[name] = (calibrator(val_x), calibrator(test_x))
   key = jax.random.key(seed)
   report = {}
@@ -191,6 +207,8 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
       "bootstrap_samples": bootstrap_samples, "calibrators": report,
       "pnorm_p": pnorm_p, "failure": _detection(confidence_scores(test_x, pnorm_p), wrong),
   }
+  if skipped:
+    results["skipped"] = skipped
   if "ood_logits" in arrays:
     ood_x = jnp.asarray(arrays["ood_logits"], jnp.float32)
     both = jnp.concatenate([test_x, ood_x])
@@ -212,6 +230,7 @@ def format_table(results: dict[str, Any]) -> str:
     span = f"  [{interval['lower']:.4f}, {interval['upper']:.4f}]" if interval else ""
     lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<22}"
                  f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
+  lines += [f"{name:<14}skipped: {why}" for name, why in results.get("skipped", {}).items()]
   lines += ["", f"{'conformal sets':<14}" + "".join(
       f"{key:>18}" for key in next(iter(results["calibrators"].values()))["conformal"])]
   for name, entry in results["calibrators"].items():
@@ -241,14 +260,13 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     raise PredictionsError(f"predictions: {path} is not a readable .npz file ({e})") from None
 
 
-def write_report(out_dir: str, arrays: Mapping[str, np.ndarray],
-                 results: dict[str, Any]) -> dict[str, str]:
-  """Writes `metrics.json`, `reliability.png` (the raw logits beside the calibrator with the
-  lowest test ECE) and `smooth_reliability.png` (the raw logits) to `out_dir`; returns the
-  files written."""
-  import json
+def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any], *,
+                reliability_file: str = "reliability.png") -> dict[str, str]:
+  """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
+  ECE, refitted on val) and `smooth_reliability.png` (the raw logits) into `out_dir`; returns
+  their paths."""
   import os
-  from calib_jax import plotting
+  from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
   test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
   test_y = np.asarray(arrays["test_labels"])
@@ -260,13 +278,22 @@ def write_report(out_dir: str, arrays: Mapping[str, np.ndarray],
     calibrator = posthoc.fit_calibrator(best, jnp.asarray(arrays["val_logits"], jnp.float32),
                                         jnp.asarray(arrays["val_labels"], jnp.int32))
     panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
-  files = {
-      "metrics": os.path.join(out_dir, "metrics.json"),
+  return {
       "reliability": plotting.reliability_diagrams(
-          panels, os.path.join(out_dir, "reliability.png"), num_bins=results["num_bins"]),
+          panels, os.path.join(out_dir, reliability_file), num_bins=results["num_bins"]),
       "smooth_reliability": plotting.smooth_reliability_diagram(
           raw, test_y, os.path.join(out_dir, "smooth_reliability.png"), title="raw logits"),
   }
+
+
+def write_report(out_dir: str, arrays: Mapping[str, np.ndarray],
+                 results: dict[str, Any]) -> dict[str, str]:
+  """Writes `metrics.json` and the plots of `plot_report` (`reliability.png`,
+  `smooth_reliability.png`) to `out_dir`; returns the files written."""
+  import json
+  import os
+  files = {"metrics": os.path.join(out_dir, "metrics.json"),
+           **plot_report(out_dir, arrays, results)}
   with open(files["metrics"], "w") as f:
     json.dump({**results, "files": files}, f, indent=2, sort_keys=True)
   return files

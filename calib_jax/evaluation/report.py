@@ -93,6 +93,7 @@ def _report_batch(logits, labels, mask, key, temperature, *, num_pixels: int, pn
   """Everything the report needs from one batch, in one compiled program."""
   flat_logits, flat_labels, flat_mask = _samples(logits, labels, mask, key, num_pixels)
   return {
+      "logits": flat_logits,
       "scaled_logits": logits / temperature,
       "scores": _scores(flat_logits, pnorm, center),
       "correct": jnp.argmax(flat_logits, -1) == flat_labels,
@@ -162,6 +163,7 @@ class CalibrationReport:
     self.predict = step_lib.make_predict_fn(experiment.model, experiment.mesh)
     self._samples: dict[str, np.ndarray] | None = None
     self._fit: dict[str, Any] | None = None
+    self.fit_samples: dict[str, np.ndarray] | None = None  # the fit split's logits and labels
 
   def _stream(self, role: str, **options: Any):
     return self.experiment.data.eval_stream(role, self.experiment.mesh,
@@ -185,6 +187,7 @@ class CalibrationReport:
         store.append(validation.to_host(value))
     logits, labels, mask = (np.concatenate(x) for x in (logits, labels, masks))
     logits, labels = logits[mask], labels[mask]
+    self.fit_samples = {"logits": logits, "labels": labels}
     temperature = posthoc.fit_temperature(logits, labels)
     pnorm = posthoc.select_pnorm(logits, labels, ps=tuple(e.pnorm_candidates),
                                  center=e.pnorm_center)
@@ -224,6 +227,9 @@ class CalibrationReport:
       for name, score in out["scores"].items():
         samples.setdefault(name, []).append(validation.to_host(score)[keep])
       samples["correct"].append(validation.to_host(out["correct"])[keep])
+      if e.toolkit:  # The post-hoc toolkit (`toolkit.PosthocReport`) refits on these.
+        samples.setdefault("logits", []).append(validation.to_host(out["logits"])[keep])
+        samples.setdefault("labels_all", []).append(validation.to_host(out["labels"])[keep])
       if num_plotted < e.max_plot_samples:
         take = e.max_plot_samples - num_plotted
         for name in ("probs_pre", "probs_post", "labels"):
@@ -276,6 +282,13 @@ class CalibrationReport:
       results["context"] = self.context_metrics(variables)
     self._samples, self._fit = samples, fit
     return jsonable(results)
+
+  def report_samples(self) -> dict[str, np.ndarray]:
+    """The report split's logits and labels of the last `run` (sampled pixels for
+    segmentation; with `eval.toolkit`)."""
+    if self._samples is None or "logits" not in self._samples:
+      raise RuntimeError("CalibrationReport.report_samples needs a run() with eval.toolkit")
+    return {"logits": self._samples["logits"], "labels": self._samples["labels_all"]}
 
   def write(self, out_dir: str) -> dict[str, str]:
     """Plots and `predictions.npz` of the last `run` into `out_dir`; returns their paths."""

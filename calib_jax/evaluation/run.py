@@ -7,8 +7,10 @@
    reads them from a weight file (ours or PyTorch / safetensors) with no training run at all;
 2. runs the evaluators: `report.CalibrationReport` (temperature and p-norm fitted on the fit
    split; calibration and selective metrics of the report split before and after temperature
-   scaling) and `maps.MapReport` (class activation maps and localisation scores, or pixel
-   confidence maps);
+   scaling), `maps.MapReport` (class activation maps and localisation scores, or pixel
+   confidence maps) and, with `eval.toolkit`, `toolkit.PosthocReport` (post-hoc calibrators
+   with bootstrap intervals, conformal sets, failure and OOD detection, on the logits the
+   calibration report computed);
 3. writes `<workdir>/eval_<split>/metrics.json` and the evaluators' files, and returns the
    results.
 """
@@ -21,7 +23,7 @@ import ml_collections
 
 from calib_jax import experiment as experiment_lib
 from calib_jax import sweep as sweep_lib
-from calib_jax.evaluation import maps, report
+from calib_jax.evaluation import maps, report, toolkit
 from calib_jax.training import checkpoint as checkpoint_lib
 from calib_jax.training import reporting
 
@@ -83,7 +85,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     fit split's NLL before/after; `temperature_grid` with `eval.temperature_grid`),
     `pre_temperature` and `post_temperature` (calibration and MSP-selective metrics; also
     `post_temperature_grid` at the grid temperature), `selective` (per confidence score),
-    optional `context`, the map report's `localisation` / `seg_maps`, and `files`; `step` is
+    optional `context`, the map report's `localisation` / `seg_maps`, the toolkit's
+    `posthoc` (`predictions.evaluate_predictions`' dict) and `files`; `step` is
     None and `weights` the file's absolute path when `weights` is given.
 
   Raises:
@@ -117,11 +120,17 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     if parsed is not None:
       source.update(member=member, overrides=parsed.members[member])
   calibration = report.CalibrationReport(experiment, split)
-  pictures = maps.MapReport(experiment, split, calibration.predict)
-  results = {**source, **calibration.run(variables), **report.jsonable(pictures.run(variables))}
+  evaluators = [maps.MapReport(experiment, split, calibration.predict)]
+  if config.eval.toolkit:
+    evaluators.append(toolkit.PosthocReport(experiment, split, calibration))
+  results = {**source, **calibration.run(variables)}
+  for evaluator in evaluators:
+    results.update(report.jsonable(evaluator.run(variables)))
   if jax.process_index() == 0:
     out_dir = eval_dir(workdir, split, member)
-    results["files"] = {**calibration.write(out_dir), **pictures.write(out_dir)}
+    results["files"] = {**calibration.write(out_dir)}
+    for evaluator in evaluators:
+      results["files"].update(evaluator.write(out_dir))
     with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
       json.dump(results, f, indent=2, sort_keys=True)
   return results
@@ -153,4 +162,4 @@ def format_table(results: dict[str, Any]) -> str:
     lines += ["", f"context-only images: accuracy {ctx['accuracy']:.4f}, mean confidence "
                   f"{ctx['average_confidence']:.4f} (uniform {ctx['uniform_confidence']:.4f}), "
                   f"mean entropy {ctx['mean_entropy']:.4f}"]
-  return "\n".join(lines + maps.format_lines(results))
+  return "\n".join(lines + maps.format_lines(results) + toolkit.format_lines(results))

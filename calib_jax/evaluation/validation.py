@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from calib_jax import metrics
+from calib_jax import metrics, posthoc
 from calib_jax.training import step as step_lib
 
 VALIDATION_KEYS = ("accuracy", "nll", "ece", "aece", "brier", "aurc")
@@ -41,7 +41,19 @@ def eval_problems(eval_config: ml_collections.ConfigDict) -> list[str]:
              for field in ("fit_pixels_per_image", "score_pixels_per_image", "max_plot_samples")]
   checks += [(isinstance(e[field], int) and e[field] >= 0,
                f"eval.{field} must be an int >= 0 (0 = off), got {e[field]!r}")
-              for field in ("cam_images", "seg_map_images")]
+              for field in ("cam_images", "seg_map_images", "bootstrap_samples")]
+  checks += [
+      (all(0 < a < 1 for a in e.conformal_alphas),
+       f"eval.conformal_alphas must be miscoverage levels in (0, 1), got {e.conformal_alphas}"),
+      (isinstance(e.toolkit_max_samples, int) and e.toolkit_max_samples > 0,
+       f"eval.toolkit_max_samples must be an int > 0, got {e.toolkit_max_samples!r}"),
+      (isinstance(e.ood, str), f"eval.ood must be a string, got {e.ood!r}"),
+  ]
+  if e.toolkit:
+    unknown = [c for c in e.calibrators if c not in posthoc.calibrator_names()]
+    if unknown:
+      checks.append((False, f"eval.calibrators: unknown calibrator {unknown[0]!r}; valid "
+                            f"names: {', '.join(posthoc.calibrator_names())}"))
   return [message for ok, message in checks if not ok]
 
 

@@ -78,4 +78,30 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   if config.eval.context_eval and not meta.has_boxes:
     problems.append(f"eval.context_eval needs boxes to remove objects; dataset "
                     f"{config.data.name!r} has none")
-  return problems
+  return problems + ood_problems(config.eval.ood, meta)
+
+
+def ood_problems(ood: str, meta: Any) -> list[str]:
+  """What is wrong with `eval.ood` (see the schema) for a model of dataset `meta`."""
+  from calib_jax.data import registry  # Deferred: imports TensorFlow.
+  if not ood:
+    return []
+  if meta.task != "classification":
+    return [f"eval.ood={ood!r}: OOD detection is for classification; dataset {meta.name!r} is "
+            f"a {meta.task} task"]
+  if ood == "context":
+    return [] if meta.has_boxes else [
+        f"eval.ood='context' needs boxes to remove objects; dataset {meta.name!r} has none"]
+  name, _, split = ood.rpartition(":")
+  if not name:
+    return []  # A split of the model's own dataset: read as data.splits are.
+  if not split:
+    return [f"eval.ood={ood!r}: name the split as 'DATASET:SPLIT', e.g. '{name}:test'"]
+  if name not in registry.names():
+    return [f"eval.ood={ood!r}: unknown dataset {name!r}; valid names: "
+            f"{', '.join(registry.names())}"]
+  other = registry.info(name)
+  if other.task != "classification" or other.input_shape[-1] != meta.input_shape[-1]:
+    return [f"eval.ood={ood!r}: {name} is a {other.task} set of {other.input_shape[-1]}-channel "
+            f"inputs; the model takes {meta.input_shape[-1]}-channel images"]
+  return []

@@ -147,3 +147,33 @@ class DataRecipe:
         process_count=jax.process_count(), **options)
     for batch in stream:
       yield parallel.to_global(batch, mesh)
+
+  def ood_stream(self, ood: str, role: str, mesh: jax.sharding.Mesh, *, max_examples: int = -1
+                 ) -> Iterator[dict[str, jax.Array]]:
+    """One pass over the out-of-distribution set `ood` (`eval.ood`, checked by
+    `experiment.checks.ood_problems`) as global batches: 'context' is `role`'s split with
+    every object filled with the mean pixel; 'SPLIT' a split of this dataset; 'DATASET:SPLIT'
+    another registered dataset's split, at this dataset's input size and normalised with this
+    dataset's mean and std, as the model's own inputs are."""
+    if ood == "context":
+      yield from self.eval_stream(role, mesh, max_examples=max_examples, remove_objects=True)
+      return
+    name, _, split = ood.rpartition(":")
+    if not name:
+      yield from self.eval_stream(split, mesh, max_examples=max_examples)
+      return
+    from calib_jax import data
+    options: dict[str, Any] = {
+        "normalize_as": self.config.name,
+        "image_size": self.config.options.get("image_size") or tuple(self.meta.input_shape[:2])}
+    if "normalize" in self.config.options:
+      options["normalize"] = self.config.options.normalize
+    if max_examples > 0:
+      options["max_examples"] = int(max_examples)
+    stream = data.make_dataset(
+        name, split,
+        batch_size=parallel.local_batch_size(self.config.eval_batch_size), train=False,
+        data_dir=self.config.dir, process_index=jax.process_index(),
+        process_count=jax.process_count(), **options)
+    for batch in stream:
+      yield parallel.to_global(batch, mesh)

@@ -117,3 +117,23 @@ def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   assert bad.stderr.strip().splitlines()[-1] == (
       "eval.py: predictions: missing array 'val_labels' (needed: val_logits, val_labels, "
       "test_logits, test_labels; optional: ood_logits)")
+
+
+def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):
+  """Vector scaling needs 10 validation samples per free parameter (2C): on 60 of them the
+  report leaves it out, says why, and reports the others."""
+  small = {**arrays, "val_logits": arrays["val_logits"][:60],
+           "val_labels": arrays["val_labels"][:60]}
+  results = predictions.evaluate_predictions(**small, calibrators=("temperature", "vector"),
+                                             bootstrap_samples=0)
+  assert set(results["calibrators"]) == {"raw", "temperature"}
+  assert "only 60 held-out samples" in results["skipped"]["vector"]
+  assert "vector        skipped: vector scaling has" in predictions.format_table(results)
+  tiny = {**arrays, "val_logits": arrays["val_logits"][:15],
+          "val_labels": arrays["val_labels"][:15]}
+  results = predictions.evaluate_predictions(**tiny, calibrators=(), alphas=(0.1, 0.05),
+                                             bootstrap_samples=0)
+  assert set(results["calibrators"]["raw"]["conformal"]) == {"thr@0.1", "aps@0.1"}
+  assert "need >= 19" in results["skipped"]["conformal@0.05"]
+  with pytest.raises(posthoc.TooFewSamplesError, match="would overfit"):
+    posthoc.fit_calibrator("vector", small["val_logits"], small["val_labels"])

@@ -11,6 +11,7 @@ histogram binning) and returns a `Calibrator` mapping logits to probabilities.
 
 Modules: `scores`, `pnorm`, `temperature`, `scaling`, `isotonic`, `binning`, `registry`.
 """
+from calib_jax.posthoc._fitting import TooFewSamplesError
 from calib_jax.posthoc.pnorm import max_logit_pnorm
 from calib_jax.posthoc.pnorm import pnorm_aurcs
 from calib_jax.posthoc.pnorm import select_pnorm
@@ -29,5 +30,5 @@ from calib_jax.posthoc.temperature import select_temperature_from_grid
 __all__ = [
     "Calibrator", "LR_PAPER_TEMPERATURES", "apply_temperature", "calibrator_names", "energy",
     "fit_calibrator", "fit_temperature", "max_logit", "max_logit_pnorm", "msp", "neg_entropy",
-    "pnorm_aurcs", "select_pnorm", "select_temperature_from_grid",
+    "pnorm_aurcs", "select_pnorm", "select_temperature_from_grid", "TooFewSamplesError",
 ]

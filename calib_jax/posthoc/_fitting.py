@@ -37,11 +37,16 @@ def fit_inputs(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike]):
   return logits, jnp.clip(labels, 0, logits.shape[1] - 1), weights
 
 
+class TooFewSamplesError(ValueError):
+  """A calibrator refused to fit: too few held-out samples for its free parameters (it would
+  overfit). A report that fits several calibrators skips this one and says why."""
+
+
 def check_sample_size(name: str, num_samples: int, free_parameters: int, minimum_per: float,
                       instead: str) -> None:
   """Refuses a fit with fewer than `minimum_per` samples per free parameter (one line)."""
   if num_samples < minimum_per * free_parameters:
-    raise ValueError(
+    raise TooFewSamplesError(
         f"{name} has {free_parameters} free parameters but only {num_samples} held-out samples "
         f"(< {minimum_per:g} per parameter): it would overfit; {instead}.")
 

@@ -124,7 +124,16 @@ def markdown(results: dict[str, dict[str, Any]], seeds: list[int]) -> str:
 
 
 def write(workdir: str, out_dir: str, seeds: list[int]) -> str:
-  """Evaluates every model with saved logits (first seed) and writes the report and numbers."""
+  """Evaluates every model with saved logits (first seed) and writes the report and numbers.
+
+  A model whose logits are not in `workdir` (trained on another machine: the workdir is not
+  committed, the numbers are) keeps its entry of the committed `NUMBERS_FILE`, so the study
+  can be completed one model at a time."""
+  numbers = os.path.join(out_dir, NUMBERS_FILE)
+  committed = {}
+  if os.path.exists(numbers):
+    with open(numbers, encoding="utf-8") as f:
+      committed = json.load(f)
   results = {}
   seed = seeds[0]
   for name, _ in run.MODELS:
@@ -132,8 +141,10 @@ def write(workdir: str, out_dir: str, seeds: list[int]) -> str:
     if os.path.exists(path):
       with np.load(path) as saved:
         results[name] = evaluate_model(dict(saved), seed)
-  os.makedirs(os.path.join(out_dir, os.path.dirname(NUMBERS_FILE)), exist_ok=True)
-  with open(os.path.join(out_dir, NUMBERS_FILE), "w", encoding="utf-8") as f:
+    elif name in committed:
+      results[name] = committed[name]
+  os.makedirs(os.path.dirname(numbers), exist_ok=True)
+  with open(numbers, "w", encoding="utf-8") as f:
     json.dump(results, f, indent=1)
   target = os.path.join(out_dir, REPORT_FILE)
   with open(target, "w", encoding="utf-8") as f:

@@ -174,9 +174,10 @@ def build(config: ml_collections.ConfigDict, *,
   """
   from calib_jax import data, losses  # Deferred: `data` imports TensorFlow.
   num_devices = len(jax.devices() if devices is None else devices)
-  member_shards = sweep_spec.member_shards(config, num_devices)
+  problems, member_shards = sweep_spec.check(config, num_devices)
   mesh = parallel.make_mesh(devices, member_shards)
-  problems = checks.config_problems(config, num_devices)
+  # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
+  problems = checks.config_problems(config, num_devices // member_shards) + problems
   loss_fn = meta = data_recipe = recipe = model = None
   try:
     loss_fn = losses.get(config.loss, **config.loss_kwargs.to_dict())

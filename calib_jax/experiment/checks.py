@@ -15,7 +15,6 @@ import ml_collections
 from calib_jax.evaluation import validation
 from calib_jax.experiment import weights
 from calib_jax.experiment.data import data_problems
-from calib_jax.sweep import spec as sweep_spec
 from calib_jax.training import optim
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -45,19 +44,17 @@ def run_problems(config: ml_collections.ConfigDict) -> list[str]:
   return [message for ok, message in checks if not ok]
 
 
-def config_problems(config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
-  """Every problem that can be found without the dataset: the run's own fields and each
-  sub-config's checks (data over `num_devices` devices, optimiser, schedule, evaluation,
-  pre-trained weights, sweep)."""
+def config_problems(config: ml_collections.ConfigDict, num_data_shards: int) -> list[str]:
+  """Every problem that can be found without the dataset, besides the sweep's
+  (`sweep.spec.check`): the run's own fields and each sub-config's checks (data over the
+  mesh's `num_data_shards`, optimiser, schedule, evaluation, pre-trained weights)."""
   return [
       *run_problems(config),
-      # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
-      *data_problems(config.data, num_devices // sweep_spec.member_shards(config, num_devices)),
+      *data_problems(config.data, num_data_shards),
       *optim.optimizer_problems(config.optimizer),
       *optim.schedule_problems(config.schedule),
       *validation.eval_problems(config.eval),
       *weights.pretrained_problems(config.pretrained, config.model),
-      *sweep_spec.sweep_problems(config, num_devices),
   ]
 
 

@@ -110,6 +110,12 @@ def traced(name: str, **hparams: Any) -> Callable[..., LossFn]:
   return bind
 
 
+def hparam_specs(name: str) -> dict[str, Real | Choice]:
+  """Each hyper-parameter of loss `name` with its spec: a `Real` (a number, traceable; `.check`
+  gives its range error) or a `Choice` (a string that picks a formula), `.default` either."""
+  return dict(_lookup(name).hparams)
+
+
 def real_hparams(name: str) -> list[str]:
   """The hyper-parameters of loss `name` that are real numbers (traceable; see `traced`)."""
   return [k for k, spec in _lookup(name).hparams.items() if isinstance(spec, Real)]
@@ -149,5 +155,5 @@ def effective_target(loss_fn: LossFn, logits, labels, **kwargs) -> jax.Array:
   return jax.nn.softmax(logits) - jnp.maximum(count, 1) * grad
 
 
-__all__ = ["get", "traced", "real_hparams", "check_hparam", "names", "default_hparams", "effective_target", "smoothed_targets",
+__all__ = ["get", "traced", "hparam_specs", "real_hparams", "check_hparam", "names", "default_hparams", "effective_target", "smoothed_targets",
            "objectness_targets", "LossInputs"]

@@ -60,14 +60,25 @@ class Sweep:
     return " ".join(f"{k}={v}" for k, v in self.members[index].items())
 
 
-def sweepable_fields(loss: str) -> list[str]:
-  """The fields `config.sweep` may name for a config with this loss."""
+def _loss_specs(loss: str) -> dict[str, Any]:
+  """The loss's hyper-parameter specs (`losses.hparam_specs`); {} for an unknown loss, which
+  `experiment.build` reports through the loss registry."""
   from calib_jax import losses
   try:
-    real = losses.real_hparams(loss)
+    return losses.hparam_specs(loss)
   except ValueError:
-    real = []
-  return ["seed", *(f"loss_kwargs.{k}" for k in real), *OPTIMIZER_FIELDS]
+    return {}
+
+
+def _sweepable(specs: dict[str, Any]) -> list[str]:
+  from calib_jax.losses.hparams import Real
+  return ["seed", *(f"loss_kwargs.{k}" for k, v in specs.items() if isinstance(v, Real)),
+          *OPTIMIZER_FIELDS]
+
+
+def sweepable_fields(loss: str) -> list[str]:
+  """The fields `config.sweep` may name for a config with this loss."""
+  return _sweepable(_loss_specs(loss))
 
 
 def _number(field: str, text: str) -> float | int:
@@ -81,11 +92,11 @@ def _number(field: str, text: str) -> float | int:
   return value
 
 
-def _check_value(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
-  from calib_jax import losses
+def _check_value(loss: str, specs: dict[str, Any], field: str, value: Any) -> None:
   if field.startswith("loss_kwargs."):
+    key = field.split(".", 1)[1]
     try:
-      losses.check_hparam(config.loss, field.split(".", 1)[1], value)
+      specs[key].check(loss, key, value)
     except (ValueError, TypeError) as e:
       raise SweepError(f"sweep: {e}") from None
   elif field == "optimizer.learning_rate" and not value > 0:
@@ -96,8 +107,8 @@ def _check_value(config: ml_collections.ConfigDict, field: str, value: Any) -> N
     raise SweepError(f"sweep: seed must be >= 0, got {value}")
 
 
-def _check_field(config: ml_collections.ConfigDict, field: str) -> None:
-  allowed = sweepable_fields(config.loss)
+def _check_field(config: ml_collections.ConfigDict, specs: dict[str, Any], field: str) -> None:
+  allowed = _sweepable(specs)
   if field in allowed:
     return
   exists = True
@@ -107,7 +118,7 @@ def _check_field(config: ml_collections.ConfigDict, field: str) -> None:
       exists = False
       break
     node = node[part]
-  if field.startswith("loss_kwargs.") and field.split(".", 1)[1] in _loss_hparams(config.loss):
+  if field.startswith("loss_kwargs.") and field.split(".", 1)[1] in specs:
     why = "picks another formula (a string choice), which changes the program"
   elif field.startswith("loss_kwargs."):
     why = f"is not a hyper-parameter of loss {config.loss!r}"
@@ -116,14 +127,6 @@ def _check_field(config: ml_collections.ConfigDict, field: str) -> None:
   else:
     why = "is not a config field"
   raise SweepError(f"sweep: {field!r} {why}; sweepable fields: {', '.join(allowed)}")
-
-
-def _loss_hparams(loss: str) -> list[str]:
-  from calib_jax import losses
-  try:
-    return list(losses.default_hparams(loss))
-  except ValueError:
-    return []
 
 
 def parse(config: ml_collections.ConfigDict) -> Sweep | None:
@@ -141,12 +144,13 @@ def parse(config: ml_collections.ConfigDict) -> Sweep | None:
     return None
   fields: list[str] = []
   lists: list[list[Any]] = []
+  specs = _loss_specs(config.loss)  # the loss registry, asked once
   for entry in filter(None, (e.strip() for e in text.split(";"))):
     field, sep, values = entry.partition("=")
     field = field.strip()
     if not sep or not field:
       raise SweepError(f"sweep: {entry!r} is not field=v1,v2,... (entries are separated by ';')")
-    _check_field(config, field)
+    _check_field(config, specs, field)
     if field in fields:
       raise SweepError(f"sweep: {field} is listed twice")
     items = [v.strip() for v in values.split(",") if v.strip()]
@@ -156,7 +160,7 @@ def parse(config: ml_collections.ConfigDict) -> Sweep | None:
     if len(set(parsed)) < len(parsed):
       raise SweepError(f"sweep: {field} repeats a value ({values.strip()})")
     for value in parsed:
-      _check_value(config, field, value)
+      _check_value(config.loss, specs, field, value)
     fields.append(field)
     lists.append(parsed)
   if not fields:
@@ -165,34 +169,36 @@ def parse(config: ml_collections.ConfigDict) -> Sweep | None:
   return Sweep(tuple(fields), members)
 
 
-def sweep_problems(config: ml_collections.ConfigDict, num_devices: int | None = None
-                   ) -> list[str]:
-  """The sweep's problems, one line each (for `experiment.build`)."""
+def check(config: ml_collections.ConfigDict, num_devices: int | None = None
+          ) -> tuple[list[str], int]:
+  """The sweep's problems, one line each, and the mesh's member shards
+  (`config.sweep_member_shards` where it is valid, else 1): what `experiment.build` needs of
+  the sweep, in one pass."""
   try:
     parsed = parse(config)
   except SweepError as e:
-    return [str(e)]
+    return [str(e)], 1
   if config.sweep_members_as not in MEMBERS_AS:
     return [f"sweep_members_as must be one of {', '.join(MEMBERS_AS)}, got "
-            f"{config.sweep_members_as!r}"]
+            f"{config.sweep_members_as!r}"], 1
   shards = config.sweep_member_shards
   if not (isinstance(shards, int) and shards >= 1):
-    return [f"sweep_member_shards must be an integer >= 1, got {shards!r}"]
+    return [f"sweep_member_shards must be an integer >= 1, got {shards!r}"], 1
   if shards > 1 and parsed is None:
-    return ["sweep_member_shards > 1 needs a sweep (config.sweep)"]
+    return ["sweep_member_shards > 1 needs a sweep (config.sweep)"], 1
   problems = []
   if parsed is not None and parsed.size % shards:
     problems.append(f"sweep_member_shards={shards} does not divide the sweep's {parsed.size} "
                     "members")
   if num_devices is not None and num_devices % shards:
     problems.append(f"sweep_member_shards={shards} does not divide the {num_devices} devices")
-  return problems
+  return problems, 1 if problems else shards
 
 
-def member_shards(config: ml_collections.ConfigDict, num_devices: int) -> int:
-  """The mesh's member shards: `config.sweep_member_shards` where it is valid, else 1 (the
-  problem is reported by `sweep_problems`)."""
-  return config.sweep_member_shards if not sweep_problems(config, num_devices) else 1
+def sweep_problems(config: ml_collections.ConfigDict, num_devices: int | None = None
+                   ) -> list[str]:
+  """The sweep's problems, one line each (`check`'s first half)."""
+  return check(config, num_devices)[0]
 
 
 def member_config(config: ml_collections.ConfigDict, overrides: dict[str, Any]

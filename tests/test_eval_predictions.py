@@ -103,13 +103,16 @@ def _eval(*args):
 def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   small = {k: v[:300] for k, v in arrays.items()}
   np.savez(tmp_path / "preds.npz", **small)
-  done = _eval(f"--predictions={tmp_path / 'preds.npz'}", f"--workdir={tmp_path / 'out'}")
+  done = _eval(f"--predictions={tmp_path / 'preds.npz'}", f"--workdir={tmp_path / 'out'}",
+               "--bootstrap_samples=40")
   assert done.returncode == 0, done.stderr[-2000:]
   assert "temperature" in done.stdout and "OOD vs test" in done.stdout
   out = tmp_path / "out" / predictions.PREDICTIONS_DIR
   written = json.loads((out / "metrics.json").read_text())
+  assert written["bootstrap_samples"] == 40
   assert written["calibrators"]["raw"]["test"]["ece"] == pytest.approx(
-      calib_jax.evaluate_predictions(**small)["calibrators"]["raw"]["test"]["ece"], abs=1e-6)
+      calib_jax.evaluate_predictions(**small, bootstrap_samples=0)["calibrators"]["raw"]["test"][
+          "ece"], abs=1e-6)
   assert (out / "reliability.png").stat().st_size > 0
   np.savez(tmp_path / "bad.npz", val_logits=small["val_logits"])
   bad = _eval(f"--predictions={tmp_path / 'bad.npz'}", f"--workdir={tmp_path / 'out2'}")

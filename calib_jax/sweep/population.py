@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from calib_jax import losses
 from calib_jax.evaluation import validation
 from calib_jax.sweep import spec, summary
-from calib_jax.training import parallel
+from calib_jax.training import parallel, single
 from calib_jax.training import step as step_lib
 from calib_jax.training import state as state_lib
 
@@ -148,10 +148,19 @@ class Population:
 
     mesh = experiment.mesh
     state_sharding = self.state_sharding()
-    return jax.jit(step_lib.scan_steps(population_step),
-                   in_shardings=(state_sharding, self.stack_sharding()),
-                   out_shardings=(state_sharding, parallel.replicated(mesh)),
-                   donate_argnums=(0,))
+    if not config.data.on_device:
+      return jax.jit(step_lib.scan_steps(population_step),
+                     in_shardings=(state_sharding, self.stack_sharding()),
+                     out_shardings=(state_sharding, parallel.replicated(mesh)),
+                     donate_argnums=(0,))
+    # The training split on the devices: each stream's positions `[S, batch]` gather its
+    # batches `[S, batch, ...]`, then each member takes its stream's as above.
+    keep_index = config.crl_weight > 0
+    jitted = jax.jit(
+        step_lib.resident_steps(population_step, keep_index=keep_index),
+        in_shardings=(state_sharding, parallel.replicated(mesh), self.stack_sharding()),
+        out_shardings=(state_sharding, parallel.replicated(mesh)), donate_argnums=(0,))
+    return single.bind_resident(jitted, single.resident_split(experiment))
 
   def stack_sharding(self) -> NamedSharding:
     """Sharding of a stack of stream batches `[k, S, batch, ...]`: the batch axis over the
@@ -159,9 +168,12 @@ class Population:
     return NamedSharding(self.experiment.mesh, PartitionSpec(None, None, parallel.DATA_AXIS))
 
   def train_stream(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
-    streams = [self.experiment.data.train_stream(start_step, seed,
-                                                 return_index=self.config.crl_weight > 0)
-               for seed in self.stream_seeds]
+    data = self.experiment.data
+    if self.config.data.on_device:  # each stream's positions; the devices hold the examples
+      streams = [data.train_order(start_step, seed) for seed in self.stream_seeds]
+    else:
+      streams = [data.train_stream(start_step, seed, return_index=self.config.crl_weight > 0)
+                 for seed in self.stream_seeds]
     for batches in zip(*streams):
       yield {key: np.stack([b[key] for b in batches]) for key in batches[0]}
 

@@ -167,7 +167,7 @@ class DataRecipe:
       size = resident.processed_bytes(name, split, data_dir=self.config.dir, **options)
       if size > RESIDENT_MAX_SHARE * memory_bytes:
         schema.raise_if_problems([
-            f"data.on_device: the processed training split of {name} ({size / 2**20:,.0f} "
+            f"data.on_device: the processed training split of {name} ({size / 2**20:,.1f} "
             f"MiB) does not fit in {RESIDENT_MAX_SHARE:.0%} of a device's memory "
             f"({memory_bytes / 2**30:.1f} GiB); set data.on_device=False"])
     return resident.processed_split(name, split, data_dir=self.config.dir, **options)

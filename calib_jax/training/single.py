@@ -47,6 +47,7 @@ def bind_resident(jitted, resident: Mapping[str, jax.Array]):
   def multi_step(state, indices):
     return jitted(state, resident, indices)
 
+  multi_step.jitted, multi_step.resident = jitted, resident  # what is bound, for inspection
   return multi_step
 
 

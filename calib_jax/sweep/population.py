@@ -123,6 +123,16 @@ class Population:
         member)
 
   def multi_step(self):
+    """The compiled population step (`jitted_multi_step`), with the resident training split
+    bound to it when `data.on_device` (read here)."""
+    jitted = self.jitted_multi_step()
+    if not self.config.data.on_device:
+      return jitted
+    return single.bind_resident(jitted, single.resident_split(self.experiment))
+
+  def jitted_multi_step(self):
+    """`(states, stacks) -> (states, metrics)`; with `data.on_device`
+    `(states, resident split, stacks of positions)` (what the dry run compiles)."""
     experiment, config = self.experiment, self.config
     steps_per_epoch = experiment.length.steps_per_epoch
     values = {f: jnp.asarray(v) for f, v in self.values.items()}
@@ -155,12 +165,10 @@ class Population:
                      donate_argnums=(0,))
     # The training split on the devices: each stream's positions `[S, batch]` gather its
     # batches `[S, batch, ...]`, then each member takes its stream's as above.
-    keep_index = config.crl_weight > 0
-    jitted = jax.jit(
-        step_lib.resident_steps(population_step, keep_index=keep_index),
+    return jax.jit(
+        step_lib.resident_steps(population_step, keep_index=config.crl_weight > 0),
         in_shardings=(state_sharding, parallel.replicated(mesh), self.stack_sharding()),
         out_shardings=(state_sharding, parallel.replicated(mesh)), donate_argnums=(0,))
-    return single.bind_resident(jitted, single.resident_split(experiment))
 
   def stack_sharding(self) -> NamedSharding:
     """Sharding of a stack of stream batches `[k, S, batch, ...]`: the batch axis over the

@@ -75,8 +75,8 @@ class DataRecipe:
       randomness = resident.random_options(self.config.name, **self.train_options())
       if randomness:
         return [f"data.on_device needs a training processing without randomness; "
-                f"{self.config.name}'s has {', '.join(randomness)} (set it off in "
-                "data.train_options, or data.on_device=False)"]
+                f"{self.config.name}'s has {', '.join(randomness)} (override in "
+                "data.train_options, or set data.on_device=False)"]
     return []
 
   def split(self, role: str) -> str:

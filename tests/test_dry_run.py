@@ -180,3 +180,24 @@ def test_a_sweep_compiles_as_one_program_with_its_cost_per_member(single_host):
   assert result["member_step_seconds_estimate"] == pytest.approx(
       result["step_seconds_estimate"] / 3)
   assert single_host["sweep_members"] == 1
+
+
+
+def test_the_training_set_on_the_devices_compiles_and_counts_in_every_chips_memory():
+  """`data.on_device`: the resident split (10,240 digits: images, labels, masks) is an
+  argument of the train step on every chip, in place of the chip's share of a batch; the step
+  gathers its batch from it, with the FLOPs of the step fed by the host."""
+  topology = topologies.get("v5e:2x2")
+  steps = {}
+  for on_device in (False, True):
+    config = small_config()
+    config.data.on_device = on_device
+    steps[on_device] = compile_lib.compile_config(config, topology, num_train_examples=10_240,
+                                                  eval_step=False).train
+  resident = 10_240 * (INPUTS * 4 + 4 + 1)
+  batch = 1024 // 4 * (INPUTS * 4 + 4 + 1)  # the chip's share of a batch sent by the host
+  positions = 1024 // 4 * 4
+  grown = steps[True].argument_bytes - steps[False].argument_bytes
+  assert abs(grown - (resident - batch + positions)) <= 1024
+  assert steps[True].fits
+  assert 0.95 <= steps[True].flops / steps[False].flops <= 1.05

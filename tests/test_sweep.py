@@ -220,3 +220,14 @@ def test_member_shards_are_checked(overrides, message):
     return
   with pytest.raises(ConfigError, match=message):
     experiment.build(config)
+
+
+def test_a_sweep_with_the_training_set_on_the_devices_trains_like_the_tf_data_sweep(
+    trained_sweep, tmp_path):
+  """`data.on_device`: each of the 2 seed streams' positions `[2, batch]` gather its batches
+  on the devices, each member takes its seed's: the same stacked state, bit for bit."""
+  _, state, _ = trained_sweep
+  on_device = loop.train_and_evaluate(_sweep_config(**{"data.on_device": True}),
+                                      str(tmp_path / "on_device"))
+  for got, want in zip(_leaves(on_device), _leaves(state), strict=True):
+    np.testing.assert_array_equal(got, want)

@@ -135,10 +135,10 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_refuses_it_by_step(
 STEPS_PER_DISPATCH = 4
 
 
-def _train_cmd(workdir, steps):
+def _train_cmd(workdir, steps, on_device=False):
   return [sys.executable, os.path.join(ROOT, "tests", "fixtures", "train_pausing.py"), *TINY,
           f"--config.num_train_steps={steps}", "--config.eval_every_steps=0",
-          "--config.checkpoint_every_steps=1000",
+          "--config.checkpoint_every_steps=1000", f"--config.data.on_device={on_device}",
           f"--config.steps_per_dispatch={STEPS_PER_DISPATCH}", f"--workdir={workdir}"]
 
 
@@ -160,13 +160,17 @@ def _final_variables(workdir, step):
   return jax.device_get(variables)
 
 
-def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("on_device", [False, True])
+def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted_run(
+    tmp_path, on_device):
+  """The preempted run (with `on_device`: its training set on the devices) resumed, against
+  an uninterrupted run fed by tf.data."""
   steps, pause_at = 30, 11
   env = _env(tmp_path / "cache")
   reference = subprocess.Popen(_train_cmd(tmp_path / "ref", steps), cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   workdir = tmp_path / "preempted"
-  proc = subprocess.Popen(_train_cmd(workdir, steps), cwd=ROOT,
+  proc = subprocess.Popen(_train_cmd(workdir, steps, on_device), cwd=ROOT,
                           env=dict(env, CALIB_TEST_PAUSE_AT_BATCH=str(pause_at)),
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
@@ -188,7 +192,7 @@ def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted
       f"train.py: preempted (SIGTERM): saved checkpoint {saved} in "
       f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), err
   assert checkpoint.Checkpointer(str(workdir), read_only=True).all_steps() == [saved]
-  resumed = subprocess.run(_train_cmd(workdir, steps), cwd=ROOT, env=env, capture_output=True,
+  resumed = subprocess.run(_train_cmd(workdir, steps, on_device), cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   # The resumed run's first call ends STEPS_PER_DISPATCH steps after the checkpoint.

@@ -8,7 +8,7 @@ recipe says and offer named variants (`calib_jax.config.variants`). Fields:
   `sweep_member_shards`;
 * `data`: `name`, `dir`, `splits` (tfds split per role), `options` (every split),
   `train_options` (train only, e.g. ALS's `objectness`/`context_rate`), `batch_size` (global),
-  `eval_batch_size`;
+  `eval_batch_size`, `on_device` (the training split resident on the devices);
 * model: `model`, `model_kwargs`, `dtype`, `pretrained` (path of variables to start from),
   `pretrained_skip` (top-level parameter names not taken from it);
 * loss: `loss`, `loss_kwargs`, `crl_weight` (CRL ranking term, 0 = off);
@@ -67,6 +67,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.train_options = ml_collections.ConfigDict()  # train split only (e.g. ALS objectness)
   c.data.batch_size = 128                             # global, over all devices and hosts
   c.data.eval_batch_size = 256
+  # Keep the processed training split on the devices and gather each batch there from indices
+  # (the host then sends k x batch indices per call instead of decoding and transferring
+  # images): for splits that fit in device memory and a training processing without
+  # randomness (no random crop or flip). The batches, hence the run, are those of the tf.data
+  # stream. See docs/training.md, "The training set on the devices".
+  c.data.on_device = False
 
   c.model = "small_cnn"
   c.model_kwargs = ml_collections.ConfigDict()

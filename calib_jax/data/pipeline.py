@@ -136,6 +136,20 @@ def _batches_per_epoch(num_examples: int, batch_size: int, process_count: int, n
   return batches
 
 
+def shuffled_epochs(records: tf.data.Dataset, *, seed: int, buffer: int, per_epoch: int,
+                    first_epoch: int) -> tf.data.Dataset:
+  """``(epoch, *record)`` of epochs ``first_epoch, first_epoch + 1, ...``: each the host's
+  records shuffled with seed ``(seed, epoch)`` and cut to ``per_epoch``. The one definition of
+  the training order: the order depends only on the seed, the buffer and the number of records,
+  never on what they hold, so `resident.train_order` reproduces it from indices alone."""
+
+  def epoch(e):
+    shuffled = records.shuffle(buffer, seed=_epoch_seed(seed, e), reshuffle_each_iteration=False)
+    return shuffled.take(per_epoch).map(lambda *record: (e, *record))
+
+  return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
+
+
 def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch, batch_size,
                   seed, start_batch, process_count, opts, stored_shape) -> tf.data.Dataset:
   per_host = num_examples // process_count
@@ -165,12 +179,8 @@ def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch,
   elif cache == "decoded":
     examples = caching.decode_images(examples, spec).cache()
 
-  def epoch(e):
-    shuffled = examples.shuffle(buffer, seed=_epoch_seed(seed, e), reshuffle_each_iteration=False)
-    return shuffled.take(per_epoch).map(lambda index, ex: (e, index, ex))
-
-  ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
-  ds = ds.skip(offset * batch_size)
+  ds = shuffled_epochs(examples, seed=seed, buffer=buffer, per_epoch=per_epoch,
+                       first_epoch=first_epoch).skip(offset * batch_size)
   ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = _batch(ds, batch_size, drop_remainder=True)
   return ds.prefetch(opts.prefetch).with_options(_tf_options())

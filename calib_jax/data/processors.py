@@ -104,8 +104,14 @@ class ClassificationProcessor:
     self.crop = crops.CROPS[crop]
     # What `caching` may keep of this stream: processed examples when processing draws nothing
     # from its seed, decoded images unless the crop decodes only its window of a JPEG.
-    self.is_random = train and (crop in crops.RANDOM_CROPS or bool(self.flip) or
-                                opts.mask_variant or opts.context_rate > 0)
+    # `random_options` names the options that draw (for one-line errors: the 'processed' cache,
+    # `data.on_device`).
+    self.random_options = [] if not train else [
+        *([f"crop={crop!r}"] if crop in crops.RANDOM_CROPS else []),
+        *(["flip=True"] if self.flip else []),
+        *(["mask_variant=True"] if opts.mask_variant else []),
+        *([f"context_rate={opts.context_rate}"] if opts.context_rate > 0 else [])]
+    self.is_random = bool(self.random_options)
     self.decodes_window = crop in crops.WINDOW_DECODING_CROPS
     self.pad = recipe.pad
     self.scale = opts.crop_scale or recipe.scale
@@ -180,7 +186,9 @@ class SegmentationProcessor:
     meta, recipe, source = spec.meta, spec.recipe, spec.source
     self.image_key, self.seg_key = source.image_key, source.seg_key
     self.train = train
-    self.is_random = train  # random scale, pad and crop
+    self.random_options = ["the segmentation training crop (random scale, pad and crop)"
+                           ] if train else []
+    self.is_random = train
     self.decodes_window = False
     self.mean = _input_mean(meta, opts)
     self.std = _input_std(meta, opts)
@@ -227,6 +235,7 @@ class TextProcessor:
                stored_shape: tuple[int, ...] | None = None):
     del train, stored_shape  # Text is not augmented.
     self.is_random = self.decodes_window = False
+    self.random_options = []
     meta, source = spec.meta, spec.source
     self.text_key, self.label_key = source.text_key, source.label_key
     self.length = opts.max_length or meta.max_length

@@ -228,32 +228,49 @@ def compile_config(config: ml_collections.ConfigDict, topology: Topology, *,
   train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,
                                       train=True)
   members = 1
+  on_device = config.data.on_device
+  resident = (_abstract_resident(config, num_train_examples, experiment.mesh) if on_device
+              else None)
+  if on_device:  # positions of one step, `[1, batch]`; the examples are resident
+    train_batch = {"index": jax.ShapeDtypeStruct(
+        (1, config.data.batch_size), jnp.int32,
+        sharding=parallel.stacked_batch_sharded(experiment.mesh))}
   if config.sweep:  # One step of every member: the population's program, k = 1.
     population = sweep_lib.Population(experiment)
     members, streams = population.size, len(population.stream_seeds)
     state = population.abstract_state()
-    train_fn = population.multi_step()
+    train_fn = population.jitted_multi_step()
     stack_sharding = population.stack_sharding()
     train_batch = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((1, streams, *x.shape), x.dtype, sharding=stack_sharding),
-        train_batch)
+        lambda x: jax.ShapeDtypeStruct((1, streams, *x.shape[on_device:]), x.dtype,
+                                       sharding=stack_sharding), train_batch)
     member_state = experiment.abstract_state()
   else:
     schedule, tx = experiment.optimizer()
     state = member_state = experiment.abstract_state()
-    train_fn = step_lib.jit_train_step(
-        step_lib.make_train_step(experiment.model, experiment.loss_fn, tx, schedule,
-                                 sam_rho=config.optimizer.sam_rho,
-                                 crl_weight=config.crl_weight,
-                                 steps_per_epoch=length.steps_per_epoch),
-        experiment.mesh)
-  train = compile_step(train_fn, (state, train_batch), topology, "train")
+    train_step = step_lib.make_train_step(
+        experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
+        crl_weight=config.crl_weight, steps_per_epoch=length.steps_per_epoch)
+    train_fn = (step_lib.jit_multi_step(
+        step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0),
+        experiment.mesh, resident=True) if on_device else
+                step_lib.jit_train_step(train_step, experiment.mesh))
+  args = (state, resident, train_batch) if on_device else (state, train_batch)
+  train = compile_step(train_fn, args, topology, "train")
   evaluation = None
   if eval_step:  # one member's (every member is the same program)
     evaluation = compile_step(*_eval_program(experiment, member_state), topology, "eval")
   return Program(train=train, eval=evaluation, num_train_examples=num_train_examples,
                  steps_per_epoch=length.steps_per_epoch, total_steps=length.total_steps,
                  members=members)
+
+
+def _abstract_resident(config: ml_collections.ConfigDict, num_train_examples: int,
+                       mesh: jax.sharding.Mesh) -> dict[str, jax.ShapeDtypeStruct]:
+  """`data.on_device`'s resident training split, replicated (its bytes count in every chip's
+  arguments): one training batch's shapes with the batch axis the whole split."""
+  rows = shapes.abstract_batch(config, num_train_examples, parallel.replicated(mesh), train=True)
+  return {key: value for key, value in rows.items() if key != "index"}
 
 
 def _eval_program(experiment: Experiment, state: Any) -> tuple[Callable, tuple]:

@@ -17,6 +17,10 @@ from calib_jax.training import parallel
 
 ROLES = ("train", "val", "test")
 
+# The share of one device's memory a resident training split may take (`data.on_device`): the
+# parameters, optimiser state, activations and the batches' temporaries need the rest.
+RESIDENT_MAX_SHARE = 0.5
+
 
 def data_problems(data_config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
   """What is wrong with a `data` sub-config, short of its dataset (batch sizes the devices
@@ -57,7 +61,8 @@ class DataRecipe:
 
   def option_problems(self) -> list[str]:
     """Options the dataset's pipeline rejects: every split's, then the training split's (a
-    problem is reported once)."""
+    problem is reported once); with `on_device`, a training processing that draws at random
+    (it could not be read once)."""
     from calib_jax import data  # Deferred: imports TensorFlow.
     for field, options in (("options", self.config.options.to_dict()),
                            ("train_options", self.train_options())):
@@ -65,6 +70,13 @@ class DataRecipe:
         data.PipelineOptions.create(self.meta, options)
       except (ValueError, TypeError) as e:
         return [f"data.{field}: {e}"]
+    if self.config.on_device:
+      from calib_jax.data import resident
+      randomness = resident.random_options(self.config.name, **self.train_options())
+      if randomness:
+        return [f"data.on_device needs a training processing without randomness; "
+                f"{self.config.name}'s has {', '.join(randomness)} (override in "
+                "data.train_options, or set data.on_device=False)"]
     return []
 
   def split(self, role: str) -> str:
@@ -124,6 +136,41 @@ class DataRecipe:
         batch_size=parallel.local_batch_size(self.config.batch_size), train=True, seed=seed,
         data_dir=self.config.dir, start_batch=start_step, process_index=jax.process_index(),
         process_count=jax.process_count(), **options))
+
+  def train_order(self, start_step: int, seed: int) -> Iterator[dict[str, np.ndarray]]:
+    """This process's share of the training stream as example positions, `{'index': [B]}`
+    per batch: `train_stream(..., return_index=True)['index']` without reading an example
+    (`data.resident.train_order`), for a training split resident on the devices."""
+    from calib_jax.data import resident
+    return iter(resident.train_order(
+        self.config.name, self.split("train"),
+        batch_size=parallel.local_batch_size(self.config.batch_size), seed=seed,
+        data_dir=self.config.dir, start_batch=start_step, process_index=jax.process_index(),
+        process_count=jax.process_count(), **self.train_options()))
+
+  def resident_train_split(self, memory_bytes: int | None) -> dict[str, np.ndarray]:
+    """The training split processed once, in split order (`data.resident.processed_split`):
+    what `data.on_device` keeps on the devices, read on the host.
+
+    Args:
+      memory_bytes: one device's memory (None: unknown, no check).
+
+    Raises:
+      ConfigError: the split would take more than `RESIDENT_MAX_SHARE` of `memory_bytes` (one
+        line, checked from the shapes before any image is decoded).
+    """
+    from calib_jax.config import schema
+    from calib_jax.data import resident
+    options = {k: v for k, v in self.train_options().items() if k != "return_index"}
+    name, split = self.config.name, self.split("train")
+    if memory_bytes:
+      size = resident.processed_bytes(name, split, data_dir=self.config.dir, **options)
+      if size > RESIDENT_MAX_SHARE * memory_bytes:
+        schema.raise_if_problems([
+            f"data.on_device: the processed training split of {name} ({size / 2**20:,.1f} "
+            f"MiB) does not fit in {RESIDENT_MAX_SHARE:.0%} of a device's memory "
+            f"({memory_bytes / 2**30:.1f} GiB); set data.on_device=False"])
+    return resident.processed_split(name, split, data_dir=self.config.dir, **options)
 
   def eval_stream(self, role: str, mesh: jax.sharding.Mesh, *, max_examples: int = -1,
                   **extra_options: Any) -> Iterator[dict[str, jax.Array]]:

@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from calib_jax import losses
 from calib_jax.evaluation import validation
 from calib_jax.sweep import spec, summary
-from calib_jax.training import parallel
+from calib_jax.training import parallel, single
 from calib_jax.training import step as step_lib
 from calib_jax.training import state as state_lib
 
@@ -123,6 +123,16 @@ class Population:
         member)
 
   def multi_step(self):
+    """The compiled population step (`jitted_multi_step`), with the resident training split
+    bound to it when `data.on_device` (read here)."""
+    jitted = self.jitted_multi_step()
+    if not self.config.data.on_device:
+      return jitted
+    return single.bind_resident(jitted, single.resident_split(self.experiment))
+
+  def jitted_multi_step(self):
+    """`(states, stacks) -> (states, metrics)`; with `data.on_device`
+    `(states, resident split, stacks of positions)` (what the dry run compiles)."""
     experiment, config = self.experiment, self.config
     steps_per_epoch = experiment.length.steps_per_epoch
     values = {f: jnp.asarray(v) for f, v in self.values.items()}
@@ -148,10 +158,17 @@ class Population:
 
     mesh = experiment.mesh
     state_sharding = self.state_sharding()
-    return jax.jit(step_lib.scan_steps(population_step),
-                   in_shardings=(state_sharding, self.stack_sharding()),
-                   out_shardings=(state_sharding, parallel.replicated(mesh)),
-                   donate_argnums=(0,))
+    if not config.data.on_device:
+      return jax.jit(step_lib.scan_steps(population_step),
+                     in_shardings=(state_sharding, self.stack_sharding()),
+                     out_shardings=(state_sharding, parallel.replicated(mesh)),
+                     donate_argnums=(0,))
+    # The training split on the devices: each stream's positions `[S, batch]` gather its
+    # batches `[S, batch, ...]`, then each member takes its stream's as above.
+    return jax.jit(
+        step_lib.resident_steps(population_step, keep_index=config.crl_weight > 0),
+        in_shardings=(state_sharding, parallel.replicated(mesh), self.stack_sharding()),
+        out_shardings=(state_sharding, parallel.replicated(mesh)), donate_argnums=(0,))
 
   def stack_sharding(self) -> NamedSharding:
     """Sharding of a stack of stream batches `[k, S, batch, ...]`: the batch axis over the
@@ -159,9 +176,12 @@ class Population:
     return NamedSharding(self.experiment.mesh, PartitionSpec(None, None, parallel.DATA_AXIS))
 
   def train_stream(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
-    streams = [self.experiment.data.train_stream(start_step, seed,
-                                                 return_index=self.config.crl_weight > 0)
-               for seed in self.stream_seeds]
+    data = self.experiment.data
+    if self.config.data.on_device:  # each stream's positions; the devices hold the examples
+      streams = [data.train_order(start_step, seed) for seed in self.stream_seeds]
+    else:
+      streams = [data.train_stream(start_step, seed, return_index=self.config.crl_weight > 0)
+                 for seed in self.stream_seeds]
     for batches in zip(*streams):
       yield {key: np.stack([b[key] for b in batches]) for key in batches[0]}
 

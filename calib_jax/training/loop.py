@@ -144,7 +144,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     trainee.finish(state, workdir, only_if_missing=True)  # e.g. a sweep stopped while writing
     return state
 
-  multi_step = trainee.multi_step()
+  try:
+    multi_step = trainee.multi_step()  # may read the training split (data.on_device)
+  except Exception:
+    checkpointer.close()
+    raise
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
   eval_every = _eval_interval(config, steps_per_epoch)

@@ -88,3 +88,27 @@ def to_global(batch: Mapping[str, np.ndarray], mesh: Mesh, *,
 def replicate(tree: Any, mesh: Mesh) -> Any:
   """Places a pytree on every device of the mesh."""
   return jax.device_put(tree, replicated(mesh))
+
+
+def device_memory_bytes(mesh: Mesh) -> int | None:
+  """The memory of the smallest of this process's devices on the mesh: an accelerator's
+  `memory_stats()['bytes_limit']`, the host's physical memory for CPU devices (which share
+  it: divided by their count), None when unknown. Bounds what may be kept resident on them."""
+  local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+  limits = []
+  for device in local:
+    try:
+      stats = device.memory_stats()
+    except Exception:  # pylint: disable=broad-except  (some backends do not implement it)
+      stats = None
+    if stats and stats.get("bytes_limit"):
+      limits.append(int(stats["bytes_limit"]))
+    elif device.platform == "cpu":
+      try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+      except (ValueError, OSError, AttributeError):
+        return None
+      limits.append(host // len(local))
+    else:
+      return None
+  return min(limits) if limits else None

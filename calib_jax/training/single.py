@@ -7,7 +7,8 @@ metrics, logging, validation, checkpoints, preemption. What it trains decides th
 * `initial_state()` / `abstract_state()`: the state to start from or to restore into;
 * `multi_step()`: the compiled call running k steps on a `[k, ...]` stack of batches;
 * `train_stream(start_step)` and `put(stack)`: host batches from a data position, and a
-  stack of them placed on the devices;
+  stack of them placed on the devices (with `config.data.on_device`, batches of example
+  positions, `{'index': [batch]}`, gathered on the devices from the resident split);
 * `records(metrics)`: the rows to log of per-step or mean metrics (one per member);
 * `non_finite(metrics)`: None, or `(index, name, metrics)` of the member (None, "" for a single
   run) with a non-finite loss or gradient;
@@ -30,6 +31,26 @@ from calib_jax.training import state as state_lib
 Record = tuple[dict[str, Any], dict[str, float]]
 
 
+def resident_split(experiment: Any) -> dict[str, jax.Array]:
+  """The experiment's processed training split on every device of its mesh
+  (`config.data.on_device`), read once from the host (`DataRecipe.resident_train_split`)."""
+  mesh = experiment.mesh
+  host = experiment.data.resident_train_split(parallel.device_memory_bytes(mesh))
+  return parallel.replicate(host, mesh)
+
+
+def bind_resident(jitted, resident: Mapping[str, jax.Array]):
+  """`multi_step(state, indices)` calling `jitted(state, resident, indices)`: the loop's
+  interface, with the resident split passed as an argument of every call (not closed over
+  inside the jitted function, which would bake it into the program as a constant)."""
+
+  def multi_step(state, indices):
+    return jitted(state, resident, indices)
+
+  multi_step.jitted, multi_step.resident = jitted, resident  # what is bound, for inspection
+  return multi_step
+
+
 class SingleRun:
   """One training run of an `experiment.Experiment`."""
 
@@ -50,9 +71,16 @@ class SingleRun:
     train_step = step_lib.make_train_step(
         experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
         crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
-    return step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
+    if not config.data.on_device:
+      return step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
+    jitted = step_lib.jit_multi_step(
+        step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0), experiment.mesh,
+        resident=True)
+    return bind_resident(jitted, resident_split(experiment))
 
   def train_stream(self, start_step: int) -> Iterator[Mapping[str, np.ndarray]]:
+    if self.config.data.on_device:  # positions only; the devices hold the examples
+      return self.experiment.data.train_order(start_step, self.config.seed)
     return self.experiment.data.train_stream(start_step, self.config.seed,
                                              return_index=self.config.crl_weight > 0)
 

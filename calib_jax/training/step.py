@@ -148,14 +148,46 @@ def scan_steps(train_step: Callable) -> Callable:
   return multi_step
 
 
-def jit_multi_step(multi_step: Callable, mesh: jax.sharding.Mesh) -> Callable:
+def gather_batch(resident: Batch, indices: Batch, *, keep_index: bool) -> dict[str, jax.Array]:
+  """The batch of examples `indices['index']` (any leading shape, e.g. `[batch]` or a sweep's
+  `[streams, batch]`) taken from a resident split (`{key: [N, ...]}`, row i = example i);
+  `keep_index` also passes the positions on as `index` (CRL keys its history by them)."""
+  index = indices["index"]
+  batch = {key: jnp.take(value, index, axis=0, mode="clip") for key, value in resident.items()}
+  if keep_index:
+    batch["index"] = index
+  return batch
+
+
+def resident_steps(train_step: Callable, *, keep_index: bool) -> Callable:
+  """`scan_steps` for a training set resident on the devices (`config.data.on_device`):
+  `multi_step(state, resident, indices) -> (state, metrics)`, `indices['index']` stacking k
+  steps' example positions `[k, batch]`. Each step gathers its batch from `resident`
+  (`gather_batch`) and applies `train_step`, so with the same positions it is `scan_steps` on
+  the host's batches: the same values through the same program."""
+
+  def multi_step(state, resident, indices):
+    return jax.lax.scan(
+        lambda s, step_indices: train_step(s, gather_batch(resident, step_indices,
+                                                           keep_index=keep_index)),
+        state, indices)
+
+  return multi_step
+
+
+def jit_multi_step(multi_step: Callable, mesh: jax.sharding.Mesh, *,
+                   resident: bool = False) -> Callable:
   """Compiles `scan_steps(...)` for the mesh: state replicated (and donated), each batch of the
-  stack sharded along its batch axis. Stacks of another length compile once more."""
-  return jax.jit(
-      multi_step,
-      in_shardings=(parallel.replicated(mesh), parallel.stacked_batch_sharded(mesh)),
-      out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
-      donate_argnums=(0,))
+  stack sharded along its batch axis. Stacks of another length compile once more.
+
+  With `resident` it compiles `resident_steps(...)`: the resident split is an argument
+  (replicated, not donated: every call reads it), not a constant of the program, so it is
+  transferred once and the program stays small."""
+  replicated = parallel.replicated(mesh)
+  inputs = ((replicated, replicated, parallel.stacked_batch_sharded(mesh)) if resident else
+            (replicated, parallel.stacked_batch_sharded(mesh)))
+  return jax.jit(multi_step, in_shardings=inputs, out_shardings=(replicated, replicated),
+                 donate_argnums=(0,))
 
 
 def make_predict_fn(model: nn.Module, mesh: jax.sharding.Mesh) -> Callable[[Any, Batch], jax.Array]:

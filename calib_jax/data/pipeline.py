@@ -281,6 +281,14 @@ def num_examples(name: str, split: str, *, data_dir: str | None = None, **option
   return _read(spec, split, data_dir, opts)[-1]
 
 
+def check_stream_args(name: str, **ints: Any) -> None:
+  """One-line errors for a stream's integer arguments: `batch_size` >= 1, the others >= 0."""
+  for arg, value in ints.items():
+    low = 1 if arg == "batch_size" else 0
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+      raise ValueError(f"{name}: {arg} must be an int >= {low}, got {value!r}.")
+
+
 def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: int = 0,
                  data_dir: str | None = None, start_batch: int = 0,
                  process_index: int | None = None, process_count: int | None = None,
@@ -316,10 +324,7 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   """
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
-  for arg, value, low in (("batch_size", batch_size, 1), ("start_batch", start_batch, 0),
-                          ("seed", seed, 0)):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-      raise ValueError(f"{name}: {arg} must be an int >= {low}, got {value!r}.")
+  check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
   if not train and start_batch:
     raise ValueError(f"{name}: start_batch only applies to training streams.")
   process_index, process_count = _process_layout(process_index, process_count)

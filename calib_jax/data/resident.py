@@ -109,10 +109,7 @@ def train_order(name: str, split: str, *, batch_size: int, seed: int = 0,
   """
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
-  for arg, value, low in (("batch_size", batch_size, 1), ("start_batch", start_batch, 0),
-                          ("seed", seed, 0)):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-      raise ValueError(f"{name}: {arg} must be an int >= {low}, got {value!r}.")
+  pipeline.check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
   process_index, process_count = pipeline._process_layout(process_index, process_count)  # pylint: disable=protected-access
   count = pipeline._read(spec, split, data_dir, opts)[-1]  # pylint: disable=protected-access
   checks.check_not_empty(name, split, count)

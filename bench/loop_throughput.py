@@ -126,12 +126,12 @@ def main(argv: list[str]) -> int:
     results["bare"].append(bare_rate(_STEPS.value))
     results["loop"].append(loop_rate(_STEPS.value))
   bare, whole = (statistics.median(results[k]) for k in ("bare", "loop"))
-  print(json.dumps({k: [round(v, 1) for v in vs] for k, vs in results.items()}))
+  print(json.dumps({k: [round(v, 3) for v in vs] for k, vs in results.items()}))
   print(f"{_RECIPE.value}, steps_per_dispatch={_STEPS_PER_DISPATCH.value or 'auto'}, "
         f"on_device={_ON_DEVICE.value}, load "
         f"{os.getloadavg()[0]:.2f}: the loop adds {1e3 * (1 / whole - 1 / bare):.3f} ms of host "
         "time per step")
-  print(f"bare step {bare:.1f} steps/s, whole loop {whole:.1f} steps/s: "
+  print(f"bare step {bare:.3g} steps/s, whole loop {whole:.3g} steps/s: "
         f"loop = {100 * whole / bare:.0f} % of bare (median of {_REPEATS.value})")
   return 0
 

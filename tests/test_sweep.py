@@ -211,7 +211,7 @@ def test_members_split_over_a_2d_mesh_and_looped_train_like_the_vmapped_populati
     ({"sweep_member_shards": 3}, r"sweep_member_shards=3 does not divide the sweep's 4 members"),
     ({"sweep_member_shards": 4, "sweep": "seed=0,1,2,3,4,5,6,7"}, None),
     ({"sweep_member_shards": 2, "sweep": ""}, r"sweep_member_shards > 1 needs a sweep"),
-    ({"sweep_members_as": "pmap"}, r"sweep_members_as must be one of vmap, map, got 'pmap'"),
+    ({"sweep_members_as": "pmap"}, r"sweep_members_as must be one of auto, vmap, map, got 'pmap'"),
 ])
 def test_member_shards_are_checked(overrides, message):
   config = _sweep_config(**overrides)
@@ -231,3 +231,31 @@ def test_a_sweep_with_the_training_set_on_the_devices_trains_like_the_tf_data_sw
                                       str(tmp_path / "on_device"))
   for got, want in zip(_leaves(on_device), _leaves(state), strict=True):
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_an_mlp_sweep_on_cpu_runs_member_after_member_like_vmap_and_its_single_runs(
+    tmp_path, on_device):
+  """"auto" on CPU for a model without convolutions is `map` with each member's k = 4 steps in
+  a row (`population.members_as`): the same members as `vmap` and as their single runs."""
+  mlp = {"model": "mlp", "model_kwargs": {"hidden": (16,)}, "data.on_device": on_device,
+         "eval_every_steps": 0}
+  config = _sweep_config(**mlp)
+  assert population.Population(experiment.build(config)).members_as == "map"
+  looped = loop.train_and_evaluate(config, str(tmp_path / "map"))
+  vmapped = loop.train_and_evaluate(_sweep_config(**mlp, sweep_members_as="vmap"),
+                                    str(tmp_path / "vmap"))
+  for got, want in zip(_leaves(looped), _leaves(vmapped), strict=True):
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+  overrides = sweep.parse(config).members[3]
+  single = loop.train_and_evaluate(sweep.member_config(config, overrides),
+                                   str(tmp_path / "single3"))
+  for got, want in zip(_member_leaves(looped, 3), _leaves(single), strict=True):
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_auto_members_as_is_map_only_for_a_dense_model_on_cpu():
+  cpu = experiment.build(_sweep_config()).mesh
+  assert population.members_as("auto", cpu, calls_each_step=False) == "map"
+  assert population.members_as("auto", cpu, calls_each_step=True) == "vmap"
+  assert population.members_as("vmap", cpu, calls_each_step=False) == "vmap"

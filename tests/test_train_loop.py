@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from calib_jax import data
-from calib_jax.training import checkpoint, loop
+from calib_jax.training import checkpoint, loop, single
+from calib_jax.training import step as step_lib
 from calib_jax import experiment
 from calib_jax import config as config_lib
 from calib_jax.training import reporting
@@ -220,13 +221,16 @@ def test_training_set_size_is_the_training_streams_count(overrides):
   assert steps_per_epoch == stream.batches_per_epoch  # one process: its batch is the global one
 
 
-@pytest.mark.parametrize("num_steps", [12, 10])
-def test_several_steps_per_dispatch_train_exactly_like_one_step_per_dispatch(tmp_path,
-                                                                             num_steps):
+@pytest.mark.parametrize("num_steps, each_step", [(12, False), (10, False), (10, True)])
+def test_several_steps_per_dispatch_train_exactly_like_one_step_per_dispatch(
+    tmp_path, monkeypatch, num_steps, each_step):
   """k = 4 steps per call (a `lax.scan` over 4 stacked batches; with 10 steps the last call has
   2) against k = 1, same seed and data: the state after N steps is bit-identical. The scan's
   body is the same XLA computation as the one-step program, applied to the same batches in the
-  same order, and XLA:CPU compiles it to the same arithmetic (no reassociation across steps)."""
+  same order, and XLA:CPU compiles it to the same arithmetic (no reassociation across steps).
+  The scan is what TPU and GPU run; on CPU a CNN's k steps are k calls of the one-step program
+  (`step.calls_each_step`, `each_step=True`), and the test forces the scan for the others."""
+  monkeypatch.setattr(step_lib, "calls_each_step", lambda mesh, params: each_step)
   one = loop.train_and_evaluate(tiny_config(num_train_steps=num_steps, steps_per_dispatch=1),
                                 str(tmp_path / "k1"))
   four = loop.train_and_evaluate(tiny_config(num_train_steps=num_steps, steps_per_dispatch=4),
@@ -237,3 +241,13 @@ def test_several_steps_per_dispatch_train_exactly_like_one_step_per_dispatch(tmp
   logged = [[(r["step"], r["loss"]) for r in reporting.read_metrics(str(tmp_path / k))
              if r["split"] == "train"] for k in ("k1", "k4")]
   assert logged[0] == logged[1] and [s for s, _ in logged[0]] == [8, num_steps]
+
+
+def test_cpu_calls_each_step_of_a_convolutional_model_only():
+  """XLA:CPU runs convolutions in a loop body ~15x slower (jax-ml/jax#12868), so on CPU a CNN's
+  k steps are k calls; an MLP keeps the scan (TPU/GPU always do: the dry run's devices)."""
+  cnn = experiment.build(tiny_config())
+  mlp = experiment.build(tiny_config(model="mlp", model_kwargs={"hidden": (16,)}))
+  assert step_lib.calls_each_step(cnn.mesh, cnn.abstract_state().params)
+  assert not step_lib.calls_each_step(mlp.mesh, mlp.abstract_state().params)
+  assert single.SingleRun(cnn).calls_each_step and not single.SingleRun(mlp).calls_each_step

@@ -88,8 +88,9 @@ def test_the_resident_split_is_a_replicated_argument_that_is_not_donated():
   assert split["image"].shape == (exp.length.num_train_examples, 8, 8, 1)
   assert split["image"].sharding.is_fully_replicated
   indices = trainee.put({"index": np.stack([next(trainee.train_stream(0))["index"]])})
+  assert trainee.calls_each_step  # a CNN on CPU: a list of one-step stacks (step.calls_each_step)
   state = trainee.initial_state()
-  lowered = multi_step.jitted.lower(state, split, indices)
+  lowered = multi_step.jitted.lower(state, split, indices[0])
   shapes = [a.shape for a in jax.tree.leaves(lowered.args_info)]
   assert split["image"].shape in shapes  # an argument, not a constant of the program
   for _ in range(2):

@@ -54,13 +54,28 @@ def _vectorized(member_step, states, values, batches, *, shared_batch: bool):
       states, values, batches)
 
 
-def _looped(member_step, states, values, batches, *, shared_batch: bool):
-  """One member after another inside the program: `lax.map`, each member the single run's own
-  unbatched products and one member's activations at a time (still one compile and one
-  dispatch)."""
-  if shared_batch:
-    return jax.lax.map(lambda args: member_step(*args, batches), (states, values))
-  return jax.lax.map(lambda args: member_step(*args), (states, values, batches))
+def _member_after_member(member_steps, states, values, stream_of):
+  """`config.sweep_members_as="map"`: one member after another inside the program (`lax.map`),
+  each member running all k steps of the call before the next member starts. Members are
+  independent, so this is only an order of evaluation: every member's values are those of
+  `vmap`. What it buys is locality: a member's parameters and optimiser state stay in the
+  processor's caches across its k steps, as in its single run, instead of P members' states
+  streaming through memory at every step; and only one member's activations are live. The
+  metrics come back `[k, P]` like `vmap`'s."""
+  states, metrics = jax.lax.map(lambda args: member_steps(*args), (states, values, stream_of))
+  return states, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
+
+
+def members_as(requested: str, mesh: jax.sharding.Mesh, calls_each_step: bool) -> str:
+  """`config.sweep_members_as` resolved: "auto" is "map" on CPU devices for a model without
+  convolutions (each member's state stays in the caches over its k steps: 1.08-1.10x the
+  sequential runs' member-steps/s on the Fashion-MNIST MLP, against 0.65-0.87x for `vmap`,
+  BENCHMARKS.md) and "vmap" elsewhere (an accelerator's batched products; and on CPU a
+  convolutional model, whose member loop would be a loop body, `step.calls_each_step`)."""
+  if requested != "auto":
+    return requested
+  on_cpu = mesh.devices.flat[0].platform == "cpu"
+  return "map" if on_cpu and not calls_each_step else "vmap"
 
 
 class Population:
@@ -83,6 +98,11 @@ class Population:
                    for field in self.sweep.fields if field != "seed"}
     self._bind_loss = losses.traced(config.loss, **config.loss_kwargs.to_dict())
     self._validator = validation.ValidationEvaluator(experiment)
+    # The loop calls the one-step program per step on CPU for convolutional models.
+    self.calls_each_step = step_lib.calls_each_step(experiment.mesh,
+                                                    experiment.abstract_state().params)
+    self.members_as = members_as(config.sweep_members_as, experiment.mesh,
+                                 self.calls_each_step)
 
   # -- One member's optimiser and loss from its (traced) values.
 
@@ -125,14 +145,16 @@ class Population:
   def multi_step(self):
     """The compiled population step (`jitted_multi_step`), with the resident training split
     bound to it when `data.on_device` (read here)."""
-    jitted = self.jitted_multi_step()
-    if not self.config.data.on_device:
-      return jitted
-    return single.bind_resident(jitted, single.resident_split(self.experiment))
+    call = self.jitted_multi_step(one_step=self.calls_each_step)
+    if self.config.data.on_device:
+      call = single.bind_resident(call, single.resident_split(self.experiment))
+    return step_lib.each_step_calls(call) if self.calls_each_step else call
 
-  def jitted_multi_step(self):
+  def jitted_multi_step(self, one_step: bool = False):
     """`(states, stacks) -> (states, metrics)`; with `data.on_device`
-    `(states, resident split, stacks of positions)` (what the dry run compiles)."""
+    `(states, resident split, stacks of positions)` (what the dry run compiles). With
+    `one_step`, the program of one step without a loop, its batches `[S, batch, ...]`
+    (`step.calls_each_step`)."""
     experiment, config = self.experiment, self.config
     steps_per_epoch = experiment.length.steps_per_epoch
     values = {f: jnp.asarray(v) for f, v in self.values.items()}
@@ -146,34 +168,63 @@ class Population:
           steps_per_epoch=steps_per_epoch)
       return train_step(state, batch)
 
-    vectorize = _vectorized if config.sweep_members_as == "vmap" else _looped
-
     def population_step(states, batches):
       """`batches`: one batch per stream `[S, batch, ...]`; metrics come back `[P]` each."""
       if len(self.stream_seeds) == 1:
         shared = jax.tree.map(lambda x: x[0], batches)
-        return vectorize(member_step, states, values, shared, shared_batch=True)
+        return _vectorized(member_step, states, values, shared, shared_batch=True)
       own = jax.tree.map(lambda x: x[stream_of], batches)
-      return vectorize(member_step, states, values, own, shared_batch=False)
+      return _vectorized(member_step, states, values, own, shared_batch=False)
+
+    keep_index = config.crl_weight > 0
+
+    def member_one_step(state, member_values, stream, batches, resident=None):
+      """`map`: one member's step on its stream's batch of `batches` `[S, batch, ...]`."""
+      batch = jax.tree.map(lambda x: x[stream], batches)
+      if resident is not None:
+        batch = step_lib.gather_batch(resident, batch, keep_index=keep_index)
+      return member_step(state, member_values, batch)
+
+    def member_steps(state, member_values, stream, stacks, resident=None):
+      """`map`: one member's k steps on its stream's batches of `stacks` `[k, S, batch, ...]`."""
+      return jax.lax.scan(
+          lambda s, batches: member_one_step(s, member_values, stream, batches, resident),
+          state, stacks)
+
+    if self.members_as == "vmap" and one_step:
+      multi_step = (step_lib.resident_step(population_step, keep_index=keep_index)
+                    if config.data.on_device else population_step)
+    elif self.members_as == "vmap":
+      multi_step = (step_lib.resident_steps(population_step, keep_index=keep_index)
+                    if config.data.on_device else step_lib.scan_steps(population_step))
+    else:  # `map`; the positional arguments: ([resident split,] batches or stacks)
+      def multi_step(states, *args):
+        *resident, batches = args
+        if one_step:
+          return jax.lax.map(lambda a: member_one_step(*a, batches, *resident),
+                             (states, values, stream_of))
+        return _member_after_member(lambda s, v, i: member_steps(s, v, i, batches, *resident),
+                                    states, values, stream_of)
 
     mesh = experiment.mesh
     state_sharding = self.state_sharding()
-    if not config.data.on_device:
-      return jax.jit(step_lib.scan_steps(population_step),
-                     in_shardings=(state_sharding, self.stack_sharding()),
-                     out_shardings=(state_sharding, parallel.replicated(mesh)),
-                     donate_argnums=(0,))
-    # The training split on the devices: each stream's positions `[S, batch]` gather its
-    # batches `[S, batch, ...]`, then each member takes its stream's as above.
-    return jax.jit(
-        step_lib.resident_steps(population_step, keep_index=config.crl_weight > 0),
-        in_shardings=(state_sharding, parallel.replicated(mesh), self.stack_sharding()),
-        out_shardings=(state_sharding, parallel.replicated(mesh)), donate_argnums=(0,))
+    # The training split on the devices (`data.on_device`): each stream's positions
+    # `[S, batch]` gather its batches `[S, batch, ...]`, then each member takes its stream's.
+    batches = self.batch_sharding() if one_step else self.stack_sharding()
+    inputs = ((state_sharding, parallel.replicated(mesh), batches)
+              if config.data.on_device else (state_sharding, batches))
+    return jax.jit(multi_step, in_shardings=inputs,
+                   out_shardings=(state_sharding, parallel.replicated(mesh)),
+                   donate_argnums=(0,))
 
   def stack_sharding(self) -> NamedSharding:
     """Sharding of a stack of stream batches `[k, S, batch, ...]`: the batch axis over the
     mesh."""
     return NamedSharding(self.experiment.mesh, PartitionSpec(None, None, parallel.DATA_AXIS))
+
+  def batch_sharding(self) -> NamedSharding:
+    """Sharding of one step's stream batches `[S, batch, ...]`: the batch axis over the mesh."""
+    return NamedSharding(self.experiment.mesh, PartitionSpec(None, parallel.DATA_AXIS))
 
   def train_stream(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.experiment.data
@@ -185,10 +236,13 @@ class Population:
     for batches in zip(*streams):
       yield {key: np.stack([b[key] for b in batches]) for key in batches[0]}
 
-  def put(self, stacked: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-    sharding = self.stack_sharding()
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-            for k, v in stacked.items()}
+  def put(self, stacked: Mapping[str, np.ndarray]) -> Any:
+    def place(arrays, sharding):
+      return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+              for k, v in arrays.items()}
+    if self.calls_each_step:
+      return [place(batch, self.batch_sharding()) for batch in single.unstack(stacked)]
+    return place(stacked, self.stack_sharding())
 
   def tags(self, index: int) -> dict[str, Any]:
     return {"member": index, "overrides": self.sweep.members[index]}

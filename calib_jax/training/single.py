@@ -51,11 +51,19 @@ def bind_resident(jitted, resident: Mapping[str, jax.Array]):
   return multi_step
 
 
+def unstack(stacked: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+  """The k batches of a host stack `[k, ...]` (the input of `step.each_step_calls`)."""
+  steps = len(next(iter(stacked.values())))
+  return [{key: value[i] for key, value in stacked.items()} for i in range(steps)]
+
+
 class SingleRun:
   """One training run of an `experiment.Experiment`."""
 
   def __init__(self, experiment: Any):
     self.experiment = experiment
+    self.calls_each_step = step_lib.calls_each_step(experiment.mesh,
+                                                    experiment.abstract_state().params)
     self.config = experiment.config
     self._validator = validation.ValidationEvaluator(experiment)
 
@@ -71,12 +79,18 @@ class SingleRun:
     train_step = step_lib.make_train_step(
         experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
         crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
+    mesh, keep_index = experiment.mesh, config.crl_weight > 0
+    if self.calls_each_step:  # k calls of a program without a loop (CPU, convolutions)
+      if not config.data.on_device:
+        return step_lib.each_step_calls(step_lib.jit_train_step(train_step, mesh))
+      return step_lib.each_step_calls(bind_resident(
+          step_lib.jit_train_step(step_lib.resident_step(train_step, keep_index=keep_index),
+                                  mesh, resident=True), resident_split(experiment)))
     if not config.data.on_device:
-      return step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
-    jitted = step_lib.jit_multi_step(
-        step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0), experiment.mesh,
-        resident=True)
-    return bind_resident(jitted, resident_split(experiment))
+      return step_lib.jit_multi_step(step_lib.scan_steps(train_step), mesh)
+    return bind_resident(step_lib.jit_multi_step(
+        step_lib.resident_steps(train_step, keep_index=keep_index), mesh, resident=True),
+        resident_split(experiment))
 
   def train_stream(self, start_step: int) -> Iterator[Mapping[str, np.ndarray]]:
     if self.config.data.on_device:  # positions only; the devices hold the examples
@@ -84,8 +98,11 @@ class SingleRun:
     return self.experiment.data.train_stream(start_step, self.config.seed,
                                              return_index=self.config.crl_weight > 0)
 
-  def put(self, stacked: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-    return parallel.to_global(stacked, self.experiment.mesh, stacked=True)
+  def put(self, stacked: Mapping[str, np.ndarray]) -> Any:
+    mesh = self.experiment.mesh
+    if self.calls_each_step:
+      return [parallel.to_global(batch, mesh) for batch in unstack(stacked)]
+    return parallel.to_global(stacked, mesh, stacked=True)
 
   def records(self, metrics: Mapping[str, np.ndarray]) -> list[Record]:
     return [({}, {k: float(v) for k, v in metrics.items()})]

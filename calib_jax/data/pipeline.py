@@ -74,7 +74,7 @@ def _load(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: Pi
       read_config=tfds.ReadConfig(try_autocache=opts.max_examples is None)), builder
 
 
-def _static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:
+def static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:
   """The stored image shape when every image of the dataset has it (e.g. CIFAR), else None."""
   try:
     shape = tuple(builder.info.features[key].shape)
@@ -90,7 +90,7 @@ def _num_examples(ds: tf.data.Dataset) -> int:
   return n
 
 
-def _read(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: PipelineOptions):
+def read_split(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: PipelineOptions):
   """``(undecoded examples after max_examples, their builder, their count)``: what
   `make_dataset` and `num_examples` read, one way."""
   examples, builder = _load(spec, _resolve_split(spec.meta, split), data_dir, opts)
@@ -103,7 +103,7 @@ def _read(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: Pi
 # Streams.
 
 
-def _batch(ds: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+def batch_dataset(ds: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
   # padded_batch: the per-example box lists differ in length; zero rows are padding boxes.
   ds = ds.padded_batch(batch_size, drop_remainder=drop_remainder)
   return ds.map(processors.finish_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -113,7 +113,7 @@ def _epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
   return tf.constant(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
 
-def _tf_options() -> tf.data.Options:
+def tf_options() -> tf.data.Options:
   options = tf.data.Options()
   options.deterministic = True
   options.experimental_optimization.map_parallelization = True
@@ -126,7 +126,7 @@ def _with_index(example: dict[str, tf.Tensor], index: tf.Tensor, opts: PipelineO
   return {**example, "_index": index, **({"index": index} if opts.return_index else {})}
 
 
-def _batches_per_epoch(num_examples: int, batch_size: int, process_count: int, name: str
+def count_epoch_batches(num_examples: int, batch_size: int, process_count: int, name: str
                        ) -> int:
   """Whole batches per epoch on each host (every host reads ``num_examples // process_count``)."""
   batches = (num_examples // process_count) // batch_size
@@ -182,8 +182,8 @@ def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch,
   ds = shuffled_epochs(examples, seed=seed, buffer=buffer, per_epoch=per_epoch,
                        first_epoch=first_epoch).skip(offset * batch_size)
   ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  ds = _batch(ds, batch_size, drop_remainder=True)
-  return ds.prefetch(opts.prefetch).with_options(_tf_options())
+  ds = batch_dataset(ds, batch_size, drop_remainder=True)
+  return ds.prefetch(opts.prefetch).with_options(tf_options())
 
 
 def _eval_stream(examples, processor, *, batch_size, opts) -> tf.data.Dataset:
@@ -192,8 +192,8 @@ def _eval_stream(examples, processor, *, batch_size, opts) -> tf.data.Dataset:
                        opts)
 
   ds = examples.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  ds = _batch(ds, batch_size, drop_remainder=False)
-  return ds.prefetch(opts.prefetch).with_options(_tf_options())
+  ds = batch_dataset(ds, batch_size, drop_remainder=False)
+  return ds.prefetch(opts.prefetch).with_options(tf_options())
 
 
 def _pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
@@ -209,7 +209,7 @@ def _empty_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
           for k, s in element_spec.items() if k != "_index"}
 
 
-def _checked(ds, name, split, num_classes, shape) -> Iterator[dict[str, np.ndarray]]:
+def checked_batches(ds, name, split, num_classes, shape) -> Iterator[dict[str, np.ndarray]]:
   """The host batches, each checked (labels; tf.data errors as one line) before it is returned."""
   for batch in checks.iterate(ds, name, split, shape):
     index = batch.pop("_index")
@@ -226,7 +226,7 @@ def _iterate_eval(batches, ds, batch_size, num_batches) -> Iterator[dict[str, np
     yield _empty_batch(ds.element_spec, batch_size)
 
 
-def _process_layout(process_index, process_count) -> tuple[int, int]:
+def process_layout(process_index, process_count) -> tuple[int, int]:
   if process_index is None or process_count is None:
     import jax  # pylint: disable=g-import-not-at-top
     process_index = jax.process_index() if process_index is None else process_index
@@ -278,7 +278,7 @@ def num_examples(name: str, split: str, *, data_dir: str | None = None, **option
   """
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
-  return _read(spec, split, data_dir, opts)[-1]
+  return read_split(spec, split, data_dir, opts)[-1]
 
 
 def check_stream_args(name: str, **ints: Any) -> None:
@@ -327,27 +327,27 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
   if not train and start_batch:
     raise ValueError(f"{name}: start_batch only applies to training streams.")
-  process_index, process_count = _process_layout(process_index, process_count)
-  examples, builder, count = _read(spec, split, data_dir, opts)
+  process_index, process_count = process_layout(process_index, process_count)
+  examples, builder, count = read_split(spec, split, data_dir, opts)
   checks.check_not_empty(name, split, count)
   # Indices are global (before sharding) so augmentation does not depend on the host count.
   examples = examples.enumerate().shard(process_count, process_index)
-  stored_shape = _static_image_shape(builder, spec.source.image_key)
+  stored_shape = static_image_shape(builder, spec.source.image_key)
   processor = processors.make_processor(spec, opts, train, stored_shape)
   num_classes = spec.meta.num_classes
   if train:
-    per_epoch = _batches_per_epoch(count, batch_size, process_count,
+    per_epoch = count_epoch_batches(count, batch_size, process_count,
                                    f"{name} split {split!r}")
     ds = _train_stream(examples, processor, spec, num_examples=count,
                        batches_per_epoch=per_epoch, batch_size=batch_size, seed=int(seed),
                        start_batch=int(start_batch), process_count=process_count, opts=opts,
                        stored_shape=stored_shape)
-    return Batches(_checked(ds, name, split, num_classes, stored_shape), num_examples=count,
+    return Batches(checked_batches(ds, name, split, num_classes, stored_shape), num_examples=count,
                    num_batches=None, batches_per_epoch=per_epoch)
   ds = _eval_stream(examples, processor, batch_size=batch_size, opts=opts)
   num_batches = math.ceil(math.ceil(count / process_count) / batch_size)
-  batches = _iterate_eval(_checked(ds, name, split, num_classes, stored_shape), ds, batch_size,
-                          num_batches)
+  batches = _iterate_eval(checked_batches(ds, name, split, num_classes, stored_shape), ds,
+                          batch_size, num_batches)
   return Batches(batches, num_examples=count, num_batches=num_batches,
                  batches_per_epoch=num_batches)
 

@@ -49,9 +49,9 @@ def _processed(name: str, split: str, data_dir: str | None, options: dict[str, A
   the random options when the training processing draws at random."""
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, {**options, "return_index": False})
-  examples, builder, count = pipeline._read(spec, split, data_dir, opts)  # pylint: disable=protected-access
+  examples, builder, count = pipeline.read_split(spec, split, data_dir, opts)
   checks.check_not_empty(name, split, count)
-  stored_shape = pipeline._static_image_shape(builder, spec.source.image_key)  # pylint: disable=protected-access
+  stored_shape = pipeline.static_image_shape(builder, spec.source.image_key)
   processor = processors.make_processor(spec, opts, True, stored_shape)
   if processor.random_options:
     raise ValueError(f"{name}: a training split can be read once only when its processing has "
@@ -90,10 +90,10 @@ def processed_split(name: str, split: str, *, data_dir: str | None = None,
     ValueError: the processing draws at random; checks.DataError: bad data (as `make_dataset`).
   """
   ds, _, stored_shape = _processed(name, split, data_dir, options)
-  ds = pipeline._batch(ds, read_batch, drop_remainder=False)  # pylint: disable=protected-access
-  ds = ds.prefetch(2).with_options(pipeline._tf_options())  # pylint: disable=protected-access
+  ds = pipeline.batch_dataset(ds, read_batch, drop_remainder=False)
+  ds = ds.prefetch(2).with_options(pipeline.tf_options())
   num_classes = registry.info(name).num_classes
-  parts = list(pipeline._checked(ds, name, split, num_classes, stored_shape))  # pylint: disable=protected-access
+  parts = list(pipeline.checked_batches(ds, name, split, num_classes, stored_shape))
   return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]
           if key not in _POSITION_KEYS}
 
@@ -110,10 +110,10 @@ def train_order(name: str, split: str, *, batch_size: int, seed: int = 0,
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
   pipeline.check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
-  process_index, process_count = pipeline._process_layout(process_index, process_count)  # pylint: disable=protected-access
-  count = pipeline._read(spec, split, data_dir, opts)[-1]  # pylint: disable=protected-access
+  process_index, process_count = pipeline.process_layout(process_index, process_count)
+  count = pipeline.read_split(spec, split, data_dir, opts)[-1]
   checks.check_not_empty(name, split, count)
-  per_epoch = pipeline._batches_per_epoch(count, batch_size, process_count,  # pylint: disable=protected-access
+  per_epoch = pipeline.count_epoch_batches(count, batch_size, process_count,
                                           f"{name} split {split!r}")
   # As `pipeline._train_stream`: the same records per host, buffer, epoch length and skip.
   per_host = count // process_count
@@ -126,7 +126,7 @@ def train_order(name: str, split: str, *, batch_size: int, seed: int = 0,
   # into batches in numpy: the per-element work stays in tf.data's C++, and Python pays one
   # iteration per epoch instead of one per batch.
   ds = ds.batch(per_epoch * batch_size).prefetch(1)
-  epochs = ds.with_options(pipeline._tf_options()).as_numpy_iterator()  # pylint: disable=protected-access
+  epochs = ds.with_options(pipeline.tf_options()).as_numpy_iterator()
 
   def batches():
     skip = offset

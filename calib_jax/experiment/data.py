@@ -183,14 +183,20 @@ class DataRecipe:
       max_examples: read only this many examples (-1: all).
       **extra_options: further `make_dataset` options (e.g. `remove_objects=True`).
     """
-    from calib_jax import data
     options = {**self.config.options.to_dict(), **extra_options}
+    yield from self._global_batches(self.config.name, self.split(role), mesh, max_examples,
+                                    options)
+
+  def _global_batches(self, name: str, split: str, mesh: jax.sharding.Mesh, max_examples: int,
+                      options: dict[str, Any]) -> Iterator[dict[str, jax.Array]]:
+    """One evaluation pass over `name`'s tfds `split`, this host's share of each global batch
+    of `eval_batch_size` read here and assembled over `mesh`."""
+    from calib_jax import data
     if max_examples > 0:
-      options["max_examples"] = int(max_examples)
+      options = {**options, "max_examples": int(max_examples)}
     stream = data.make_dataset(
-        self.config.name, self.split(role),
-        batch_size=parallel.local_batch_size(self.config.eval_batch_size), train=False,
-        data_dir=self.config.dir, process_index=jax.process_index(),
+        name, split, batch_size=parallel.local_batch_size(self.config.eval_batch_size),
+        train=False, data_dir=self.config.dir, process_index=jax.process_index(),
         process_count=jax.process_count(), **options)
     for batch in stream:
       yield parallel.to_global(batch, mesh)
@@ -209,18 +215,9 @@ class DataRecipe:
     if not name:
       yield from self.eval_stream(split, mesh, max_examples=max_examples)
       return
-    from calib_jax import data
     options: dict[str, Any] = {
         "normalize_as": self.config.name,
         "image_size": self.config.options.get("image_size") or tuple(self.meta.input_shape[:2])}
     if "normalize" in self.config.options:
       options["normalize"] = self.config.options.normalize
-    if max_examples > 0:
-      options["max_examples"] = int(max_examples)
-    stream = data.make_dataset(
-        name, split,
-        batch_size=parallel.local_batch_size(self.config.eval_batch_size), train=False,
-        data_dir=self.config.dir, process_index=jax.process_index(),
-        process_count=jax.process_count(), **options)
-    for batch in stream:
-      yield parallel.to_global(batch, mesh)
+    yield from self._global_batches(name, split, mesh, max_examples, options)

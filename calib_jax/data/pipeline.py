@@ -127,7 +127,7 @@ def _with_index(example: dict[str, tf.Tensor], index: tf.Tensor, opts: PipelineO
 
 
 def count_epoch_batches(num_examples: int, batch_size: int, process_count: int, name: str
-                       ) -> int:
+                        ) -> int:
   """Whole batches per epoch on each host (every host reads ``num_examples // process_count``)."""
   batches = (num_examples // process_count) // batch_size
   if batches < 1:
@@ -337,7 +337,7 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
   num_classes = spec.meta.num_classes
   if train:
     per_epoch = count_epoch_batches(count, batch_size, process_count,
-                                   f"{name} split {split!r}")
+                                    f"{name} split {split!r}")
     ds = _train_stream(examples, processor, spec, num_examples=count,
                        batches_per_epoch=per_epoch, batch_size=batch_size, seed=int(seed),
                        start_batch=int(start_batch), process_count=process_count, opts=opts,

@@ -114,7 +114,7 @@ def train_order(name: str, split: str, *, batch_size: int, seed: int = 0,
   count = pipeline.read_split(spec, split, data_dir, opts)[-1]
   checks.check_not_empty(name, split, count)
   per_epoch = pipeline.count_epoch_batches(count, batch_size, process_count,
-                                          f"{name} split {split!r}")
+                                           f"{name} split {split!r}")
   # As `pipeline._train_stream`: the same records per host, buffer, epoch length and skip.
   per_host = count // process_count
   first_epoch, offset = divmod(int(start_batch), per_epoch)

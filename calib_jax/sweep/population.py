@@ -74,8 +74,7 @@ def members_as(requested: str, mesh: jax.sharding.Mesh, calls_each_step: bool) -
   convolutional model, whose member loop would be a loop body, `step.calls_each_step`)."""
   if requested != "auto":
     return requested
-  on_cpu = mesh.devices.flat[0].platform == "cpu"
-  return "map" if on_cpu and not calls_each_step else "vmap"
+  return "map" if parallel.on_cpu(mesh) and not calls_each_step else "vmap"
 
 
 class Population:

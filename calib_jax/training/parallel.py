@@ -53,6 +53,11 @@ def data_shards(mesh: Mesh) -> int:
   return int(mesh.shape[DATA_AXIS])
 
 
+def on_cpu(mesh: Mesh) -> bool:
+  """Whether the mesh's devices are CPUs (XLA:CPU), not TPUs or GPUs."""
+  return mesh.devices.flat[0].platform == "cpu"
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   """Sharding of arrays every device holds whole (parameters, optimiser state)."""
   return NamedSharding(mesh, PartitionSpec())

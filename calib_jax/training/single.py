@@ -79,18 +79,18 @@ class SingleRun:
     train_step = step_lib.make_train_step(
         experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
         crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
-    mesh, keep_index = experiment.mesh, config.crl_weight > 0
+    mesh, on_device, keep_index = experiment.mesh, config.data.on_device, config.crl_weight > 0
     if self.calls_each_step:  # k calls of a program without a loop (CPU, convolutions)
-      if not config.data.on_device:
-        return step_lib.each_step_calls(step_lib.jit_train_step(train_step, mesh))
-      return step_lib.each_step_calls(bind_resident(
-          step_lib.jit_train_step(step_lib.resident_step(train_step, keep_index=keep_index),
-                                  mesh, resident=True), resident_split(experiment)))
-    if not config.data.on_device:
-      return step_lib.jit_multi_step(step_lib.scan_steps(train_step), mesh)
-    return bind_resident(step_lib.jit_multi_step(
-        step_lib.resident_steps(train_step, keep_index=keep_index), mesh, resident=True),
-        resident_split(experiment))
+      one_step = (step_lib.resident_step(train_step, keep_index=keep_index) if on_device else
+                  train_step)
+      call = step_lib.jit_train_step(one_step, mesh, resident=on_device)
+    else:
+      steps = (step_lib.resident_steps(train_step, keep_index=keep_index) if on_device else
+               step_lib.scan_steps(train_step))
+      call = step_lib.jit_multi_step(steps, mesh, resident=on_device)
+    if on_device:
+      call = bind_resident(call, resident_split(experiment))
+    return step_lib.each_step_calls(call) if self.calls_each_step else call
 
   def train_stream(self, start_step: int) -> Iterator[Mapping[str, np.ndarray]]:
     if self.config.data.on_device:  # positions only; the devices hold the examples

@@ -165,7 +165,7 @@ def calls_each_step(mesh: jax.sharding.Mesh, params: Any) -> bool:
   is bitwise the same whatever k, and on CPU such a step takes hundreds of milliseconds, beside
   which the host's ~1 ms per call does not matter. TPU and GPU compile convolutions in loops
   natively and run the scan (the dry run compiles it)."""
-  if mesh.devices.flat[0].platform != "cpu":
+  if not parallel.on_cpu(mesh):
     return False
   return any(getattr(leaf, "ndim", 0) >= 3 for leaf in jax.tree.leaves(params))
 

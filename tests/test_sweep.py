@@ -192,14 +192,17 @@ def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
     evaluation.evaluate_run(config, workdir, split="val", member=4)
 
 
-def test_members_split_over_a_2d_mesh_and_looped_train_like_the_vmapped_population(
-    trained_sweep, tmp_path):
+@pytest.mark.parametrize("members_as", ["map", "vmap"])
+def test_members_split_over_a_2d_mesh_train_like_the_unrolled_population(
+    trained_sweep, tmp_path, members_as):
   """Two ways to lay the members out, at once: split over 2 member shards x 4 data shards,
-  and run one after another (`lax.map`) within each shard instead of vmapped."""
+  and within each shard run one after another (`lax.map`) or vmapped, instead of unrolled
+  (`trained_sweep`: "auto" for this CNN on CPU)."""
   config, state, _ = trained_sweep
+  assert population.Population(experiment.build(config)).members_as == "unroll"
   assert jax.device_count() == 8
   split = loop.train_and_evaluate(
-      _sweep_config(sweep_member_shards=2, sweep_members_as="map"), str(tmp_path / "2d"))
+      _sweep_config(sweep_member_shards=2, sweep_members_as=members_as), str(tmp_path / "2d"))
   leaf = jax.tree.leaves(split.params)[0]
   assert leaf.sharding.spec[0] == "member" and leaf.sharding.mesh.shape == {"member": 2,
                                                                               "data": 4}
@@ -211,7 +214,7 @@ def test_members_split_over_a_2d_mesh_and_looped_train_like_the_vmapped_populati
     ({"sweep_member_shards": 3}, r"sweep_member_shards=3 does not divide the sweep's 4 members"),
     ({"sweep_member_shards": 4, "sweep": "seed=0,1,2,3,4,5,6,7"}, None),
     ({"sweep_member_shards": 2, "sweep": ""}, r"sweep_member_shards > 1 needs a sweep"),
-    ({"sweep_members_as": "pmap"}, r"sweep_members_as must be one of auto, vmap, map, got 'pmap'"),
+    ({"sweep_members_as": "pmap"}, r"sweep_members_as must be one of auto, vmap, map, unroll, got 'pmap'"),
 ])
 def test_member_shards_are_checked(overrides, message):
   config = _sweep_config(**overrides)
@@ -254,8 +257,8 @@ def test_an_mlp_sweep_on_cpu_runs_member_after_member_like_vmap_and_its_single_r
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
-def test_auto_members_as_is_map_only_for_a_dense_model_on_cpu():
+def test_auto_members_as_on_cpu_is_map_for_a_dense_model_and_unroll_for_a_convolutional_one():
   cpu = experiment.build(_sweep_config()).mesh
   assert population.members_as("auto", cpu, calls_each_step=False) == "map"
-  assert population.members_as("auto", cpu, calls_each_step=True) == "vmap"
+  assert population.members_as("auto", cpu, calls_each_step=True) == "unroll"
   assert population.members_as("vmap", cpu, calls_each_step=False) == "vmap"

@@ -109,10 +109,12 @@ def base_config() -> ml_collections.ConfigDict:
   # 2-D mesh of m member shards x (devices / m) data shards, each device holding P/m members.
   c.sweep_member_shards = 1
   # How the program runs a device's members: "vmap" (all at once, batched products: fills an
-  # accelerator) or "map" (one after another, `lax.map`, each member's k steps in a row: each
+  # accelerator), "map" (one after another, `lax.map`, each member's k steps in a row: each
   # member's own products, the activation memory of one member instead of P, and its state
-  # kept in the caches over its k steps); "auto": "map" on CPU for a model without
-  # convolutions, else "vmap" (docs/training.md, BENCHMARKS.md).
+  # kept in the caches over its k steps) or "unroll" (each member's step written into the
+  # program one after another, no loop: its own convolutions); "auto": on CPU "map" for a
+  # model without convolutions and "unroll" for one with them, elsewhere "vmap"
+  # (docs/training.md, BENCHMARKS.md).
   c.sweep_members_as = "auto"
 
   # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).

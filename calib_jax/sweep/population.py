@@ -54,6 +54,22 @@ def _vectorized(member_step, states, values, batches, *, shared_batch: bool):
       states, values, batches)
 
 
+def _unrolled(member_step, states, values, batches, *, shared_batch: bool):
+  """`config.sweep_members_as="unroll"`: the members' steps written one after another into the
+  program (a Python loop at trace time, no loop in the compiled program), each on its own slice
+  of the stacked state. Each member's step is its single run's step, with its own unbatched
+  convolutions: what XLA:CPU runs fastest. `vmap` would make them grouped convolutions (2.9x
+  slower per member-step for the small CNN on CPU) and `lax.map` would put them in a loop body
+  (`step.calls_each_step`). The program grows with P (one copy of the step per member), not
+  with k: the loop calls it once per step."""
+  size = jax.tree.leaves(states)[0].shape[0]
+  outputs = [member_step(member_tree(states, i), member_tree(values, i),
+                         batches if shared_batch else member_tree(batches, i))
+             for i in range(size)]
+  return (stack_trees([state for state, _ in outputs]),
+          stack_trees([metrics for _, metrics in outputs]))
+
+
 def _member_after_member(member_steps, states, values, stream_of):
   """`config.sweep_members_as="map"`: one member after another inside the program (`lax.map`),
   each member running all k steps of the call before the next member starts. Members are
@@ -67,14 +83,17 @@ def _member_after_member(member_steps, states, values, stream_of):
 
 
 def members_as(requested: str, mesh: jax.sharding.Mesh, calls_each_step: bool) -> str:
-  """`config.sweep_members_as` resolved: "auto" is "map" on CPU devices for a model without
+  """`config.sweep_members_as` resolved. "auto" on CPU devices is "map" for a model without
   convolutions (each member's state stays in the caches over its k steps: 1.08-1.10x the
   sequential runs' member-steps/s on the Fashion-MNIST MLP, against 0.65-0.87x for `vmap`,
-  BENCHMARKS.md) and "vmap" elsewhere (an accelerator's batched products; and on CPU a
-  convolutional model, whose member loop would be a loop body, `step.calls_each_step`)."""
+  BENCHMARKS.md) and "unroll" for a convolutional one (`step.calls_each_step`: its member loop
+  would be a loop body, and `vmap` makes grouped convolutions); elsewhere "vmap" (an
+  accelerator's batched products)."""
   if requested != "auto":
     return requested
-  return "map" if parallel.on_cpu(mesh) and not calls_each_step else "vmap"
+  if not parallel.on_cpu(mesh):
+    return "vmap"
+  return "unroll" if calls_each_step else "map"
 
 
 class Population:
@@ -167,13 +186,15 @@ class Population:
           steps_per_epoch=steps_per_epoch)
       return train_step(state, batch)
 
+    all_members = _unrolled if self.members_as == "unroll" else _vectorized
+
     def population_step(states, batches):
       """`batches`: one batch per stream `[S, batch, ...]`; metrics come back `[P]` each."""
       if len(self.stream_seeds) == 1:
         shared = jax.tree.map(lambda x: x[0], batches)
-        return _vectorized(member_step, states, values, shared, shared_batch=True)
+        return all_members(member_step, states, values, shared, shared_batch=True)
       own = jax.tree.map(lambda x: x[stream_of], batches)
-      return _vectorized(member_step, states, values, own, shared_batch=False)
+      return all_members(member_step, states, values, own, shared_batch=False)
 
     keep_index = config.crl_weight > 0
 
@@ -190,10 +211,10 @@ class Population:
           lambda s, batches: member_one_step(s, member_values, stream, batches, resident),
           state, stacks)
 
-    if self.members_as == "vmap" and one_step:
+    if self.members_as != "map" and one_step:  # vmap or unroll
       multi_step = (step_lib.resident_step(population_step, keep_index=keep_index)
                     if config.data.on_device else population_step)
-    elif self.members_as == "vmap":
+    elif self.members_as != "map":
       multi_step = (step_lib.resident_steps(population_step, keep_index=keep_index)
                     if config.data.on_device else step_lib.scan_steps(population_step))
     else:  # `map`; the positional arguments: ([resident split,] batches or stacks)

@@ -24,7 +24,7 @@ from typing import Any
 import ml_collections
 
 OPTIMIZER_FIELDS = ("optimizer.learning_rate", "optimizer.weight_decay")
-MEMBERS_AS = ("auto", "vmap", "map")  # config.sweep_members_as (see `population`)
+MEMBERS_AS = ("auto", "vmap", "map", "unroll")  # config.sweep_members_as (see `population`)
 
 
 class SweepError(ValueError):

@@ -223,3 +223,25 @@ def test_the_command_line_rewrites_the_report_from_the_summaries(tmp_path):
   assert result.returncode == 0, result.stderr[-2000:]
   assert "| CE | – | 1/2 | 0.904 ± 0.000 |" in result.stdout
   assert (tmp_path / "label_relaxation_table1.md").read_text() in result.stdout
+
+
+def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seeds(tmp_path):
+  """`sweeps.sweep_plan`: a tuning grid is one sweep over its values (done values left out);
+  with `max_members`, a final row's seeds come in sweeps of at most that many, the next sweep
+  taking the first seeds without a summary."""
+  from studies.lr_table1 import sweeps
+  seeds = list(range(10))
+  plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=4)
+  assert plan[0][1] == "loss_kwargs.alpha=0.01,0.025,0.05,0.1,0.2,0.3,0.4"
+  assert [seed for _, seed in plan[0][2]] == [0] * 7 and plan[0][3] == "val"
+  ce = [item for item in plan if item[0] == "final,ce"]
+  assert [item[1] for item in ce] == ["seed=0,1,2,3"]  # the row's first chunk
+  assert ce[0][2] == [("final,ce", s) for s in range(4)] and ce[0][3] == "test"
+  for seed in range(4):
+    _write(tmp_path, "final,ce", seed, accuracy=0.9, ece=0.05)
+  _write(tmp_path, "tune,lr,0.1", 0, accuracy=0.9, ece=0.05)
+  plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=4)
+  assert plan[0][1] == "loss_kwargs.alpha=0.01,0.025,0.05,0.2,0.3,0.4"
+  assert [item[1] for item in plan if item[0] == "final,ce"] == ["seed=4,5,6,7"]
+  unchunked = sweeps.sweep_plan(str(tmp_path), seeds)
+  assert [item[1] for item in unchunked if item[0] == "final,ce"] == ["seed=4,5,6,7,8,9"]

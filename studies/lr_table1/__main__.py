@@ -2,7 +2,7 @@
 
     .venv/bin/python -m studies.lr_table1 [--workdir=workdirs/lr_table1] \
         [--out_dir=docs/results] [--seeds=0,1,2] [--max_minutes=M] [--report_only] \
-        [--readme=README.md] [--sweeps]
+        [--readme=README.md] [--sweeps [--max_members=N]]
 
 With `--sweeps` (the 10-seed study: `--sweeps --seeds=0,1,2,3,4,5,6,7,8,9
 --out_dir=docs/results/lr_table1_sweeps`) each tuning grid is one sweep over its values and each
@@ -40,6 +40,10 @@ _REPORT_ONLY = flags.DEFINE_boolean("report_only", False,
 _SWEEPS = flags.DEFINE_boolean(
     "sweeps", False, "run the plan as sweeps (studies/lr_table1/sweeps.py): each tuning grid "
     "one sweep over its values, each final row one sweep over --seeds")
+_MAX_MEMBERS = flags.DEFINE_integer(
+    "max_members", 0, "with --sweeps, run a final row's seeds in sweeps of at most this many "
+    "members (0: all seeds in one sweep), so that each sweep finishes within a working session "
+    "whose machine does not outlive it (the checkpoints stay in --workdir)")
 _README = flags.DEFINE_string("readme", "", "also write the summary table into this file "
                               "between its lr_table1 markers (README.md)")
 
@@ -50,7 +54,8 @@ def main(argv: list[str]) -> int:
   logging.set_verbosity(logging.WARNING)
   seeds = [int(s) for s in _SEEDS.value.split(",") if s]
   return run.run_study(_WORKDIR.value, _OUT_DIR.value, seeds, _MAX_MINUTES.value,
-                       _REPORT_ONLY.value, _README.value, sweeps=_SWEEPS.value)
+                       _REPORT_ONLY.value, _README.value, sweeps=_SWEEPS.value,
+                       max_members=_MAX_MEMBERS.value)
 
 
 if __name__ == "__main__":

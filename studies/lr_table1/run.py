@@ -81,14 +81,16 @@ def _runs(count: int) -> str:
 
 
 def run_study(workdir: str, out_dir: str, seeds: list[int], max_minutes: float = 0.0,
-              report_only: bool = False, readme: str = "", *, sweeps: bool = False) -> int:
+              report_only: bool = False, readme: str = "", *, sweeps: bool = False,
+              max_members: int = 0) -> int:
   """Runs the plan until it is empty (or `max_minutes` have passed; 0: no limit), rewriting the
   report after each run, then prints the report and, with `readme`, writes its summary table
-  there. With `sweeps`, runs `sweeps.sweep_plan` instead (one sweep per grid or final row).
+  there. With `sweeps`, runs `sweeps.sweep_plan` instead (one sweep per grid or final row,
+  a final row's seeds in sweeps of at most `max_members` when it is > 0).
   Returns the exit code: 0, or the preemption code when a run was stopped by SIGTERM."""
   start, durations = time.monotonic(), []  # durations: this process's runs, for the ETA
   if sweeps and not report_only:
-    code = sweeps_lib.run_sweeps(workdir, out_dir, seeds, max_minutes, start)
+    code = sweeps_lib.run_sweeps(workdir, out_dir, seeds, max_minutes, start, max_members)
     if code:
       return code
     report_only = True

@@ -40,20 +40,27 @@ def _grid_sweep(out_dir: str, loss: str) -> SweepItem | None:
   return (f"tune,{loss},{todo[0]:g}", text, [(f"tune,{loss},{v:g}", 0) for v in todo], "val")
 
 
-def _seed_sweep(out_dir: str, variant: str, seeds: list[int]) -> SweepItem | None:
+def _seed_sweep(out_dir: str, variant: str, seeds: list[int],
+                max_members: int = 0) -> SweepItem | None:
   todo = [s for s in seeds if load_summary(out_dir, variant, s) is None]
   if not todo:
     return None
+  if max_members:
+    todo = todo[:max_members]
   return (variant, "seed=" + ",".join(map(str, todo)), [(variant, s) for s in todo], "test")
 
 
-def sweep_plan(out_dir: str, seeds: list[int]) -> list[SweepItem]:
+def sweep_plan(out_dir: str, seeds: list[int], max_members: int = 0) -> list[SweepItem]:
   """Sweeps still to run, in order: the LR and LS grids; the final rows known so far (CE, CE +
-  T, LR, LS, ACLS) on every seed; the other grids; the remaining final rows."""
+  T, LR, LS, ACLS) on every seed; the other grids; the remaining final rows. With
+  `max_members`, a final row's seeds are run in sweeps of at most that many (the first ones
+  without a summary; the rest come in a later sweep)."""
   items = [_grid_sweep(out_dir, loss) for loss in FIRST_TUNED]
-  items += [_seed_sweep(out_dir, variant, seeds) for _, variant, _ in final_rows(out_dir)]
+  items += [_seed_sweep(out_dir, variant, seeds, max_members)
+            for _, variant, _ in final_rows(out_dir)]
   items += [_grid_sweep(out_dir, loss) for loss in OTHER_TUNED]
-  items += [_seed_sweep(out_dir, variant, seeds) for _, variant, _ in final_rows(out_dir)]
+  items += [_seed_sweep(out_dir, variant, seeds, max_members)
+            for _, variant, _ in final_rows(out_dir)]
   result, seen = [], set()
   for item in items:
     if item is not None and item[1] + item[0] not in seen:
@@ -111,12 +118,12 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
 
 
 def run_sweeps(workdir: str, out_dir: str, seeds: list[int], max_minutes: float,
-                start: float) -> int:
+                start: float, max_members: int = 0) -> int:
   """Runs `sweep_plan` until it is empty or `max_minutes` (from `start`) have passed,
   rewriting the report after each sweep; returns 0 or the preemption exit code."""
   from calib_jax.training import preemption
   from studies.lr_table1.report import write_report
-  while todo := sweep_plan(out_dir, seeds):
+  while todo := sweep_plan(out_dir, seeds, max_members):
     if max_minutes and time.monotonic() - start > 60 * max_minutes:
       print(f"time budget reached; {len(todo)} sweep(s) left", flush=True)
       return 0

@@ -1,7 +1,7 @@
 """A sweep's throughput per member-step against sequential single runs.
 
     .venv/bin/python bench/sweep_throughput.py [--steps 200] [--repeats 2] \
-        [--recipe=mlp|cnn] [--members=7,21] [--members_as=auto|vmap|map] [--on_device]
+        [--recipe=mlp|cnn] [--members=7,21] [--members_as=auto|vmap|map|unroll] [--on_device]
 
 Recipes: `mlp` is the label-relaxation Table 1 recipe (`configs/fashion_mnist_mlp.py:lr`,
 2x1024 MLP, batch 64) on Fashion-MNIST; `cnn` the same with the small CNN (`small_cnn`, widths
@@ -31,7 +31,7 @@ _RECIPE = flags.DEFINE_enum("recipe", "mlp", ["mlp", "cnn"], "the model (see the
 _MEMBERS = flags.DEFINE_list("members", ["7", "21"], "population sizes: 7 and/or 21")
 _ON_DEVICE = flags.DEFINE_bool("on_device", False, "config.data.on_device of every run (the "
                                 "recipe's default is True; False streams through tf.data)")
-_MEMBERS_AS = flags.DEFINE_enum("members_as", "auto", ["auto", "vmap", "map"],
+_MEMBERS_AS = flags.DEFINE_enum("members_as", "auto", ["auto", "vmap", "map", "unroll"],
                                 "config.sweep_members_as of the sweeps")
 
 

@@ -6,13 +6,15 @@ README's summary table from the run summaries (`studies.lr_table1.summaries`). I
 """
 from __future__ import annotations
 
+import json
 import os
 
 from studies.lr_table1 import config as study_config
 from studies.lr_table1.claims import verdict_table
-from studies.lr_table1.summaries import (DISPLAY, PAPER, SPLIT_CHECKS, TUNED, final_rows,
-                                         fmt_mean_std, load_summary, mean_std, row_label, rows,
-                                         seed_summaries, split_check_rows, within_spread)
+from studies.lr_table1.summaries import (DISPLAY, PAPER, SPLIT_CHECKS, SUMMARY_FOLDER, TUNED,
+                                         Summary, final_rows, fmt_mean_std, load_summary,
+                                         mean_std, row_label, rows, seed_summaries, select,
+                                         split_check_rows, tuning_scores, within_spread)
 
 
 def tuning_table(out_dir: str) -> list[str]:
@@ -169,6 +171,73 @@ def init_check(out_dir: str, seeds: list[int]) -> str:
       f"{(paper_acc - acc[0]) * 100:.2f}-point gap to the paper's {paper_acc:.3f}.")
 
 
+# The sequential study's out_dir (its summaries under `lr_table1/`), which the sweeps' report
+# compares with: the repository's docs/results.
+SEQUENTIAL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "docs", "results")
+
+
+def _sweeps_of(out_dir: str) -> dict[tuple[str, str], list[tuple[str, int, Summary]]]:
+  """The summaries written by sweeps, grouped by sweep: `(first variant, text)` -> members."""
+  found: dict[tuple[str, str], list[tuple[str, int, Summary]]] = {}
+  folder = os.path.join(out_dir, SUMMARY_FOLDER)
+  for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+    for file in sorted(os.listdir(os.path.join(folder, name))):
+      seed = int(file.removeprefix("seed").removesuffix(".json"))
+      with open(os.path.join(folder, name, file)) as f:
+        summary = json.load(f)
+      if "sweep" not in summary or "diverged" in summary:
+        continue
+      # The variant as written by the sweep (a folder name turns its commas into '_').
+      variant = summary["sweep"].get("variant") or name.replace("_", ",")
+      row = ",".join(variant.split(",")[:2]) if variant.startswith("tune,") else variant
+      found.setdefault((row, summary["sweep"]["text"]), []).append((variant, seed, summary))
+  return found
+
+
+def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR) -> list[str]:
+  """For a study run as sweeps: each sweep's wall time against the sequential study's runs of
+  the same variants and seeds (their summaries' `seconds`), and whether each tuned loss selects
+  the values the sequential study selected. Empty when no summary comes from a sweep."""
+  groups = _sweeps_of(out_dir)
+  if not groups:
+    return []
+  lines = ["", "## Sweeps against the sequential runs", "",
+           "Wall time of each finished sweep (its members' `seconds`, each the sweep's wall "
+           "time over its members, added up) against the sequential study's single runs of "
+           "the same variants and seeds where it has them (`docs/results/lr_table1/`; those "
+           "ran one at a time in earlier sessions, on the same kind of 2-core machine, under "
+           "whatever else ran beside them).", "",
+           "| sweep | members | sweep wall (min) | sequential runs (min) | ratio |",
+           "|---|---:|---:|---:|---:|"]
+  total_sweep = total_sequential = 0.0
+  for (name, text), members in groups.items():
+    wall = sum(s["seconds"] for _, _, s in members)
+    single = [load_summary(sequential_dir, v, seed) for v, seed, _ in members]
+    single = [s for s in single if s and "diverged" not in s]
+    if len(single) == len(members):
+      sequential = sum(s["seconds"] for s in single)
+      total_sweep, total_sequential = total_sweep + wall, total_sequential + sequential
+      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x"
+    else:
+      cells = f"{len(single)} of {len(members)} run | –"
+    lines.append(f"| `{name}` [{text}] | {len(members)} | {wall / 60:.1f} | {cells} |")
+  if total_sweep:
+    lines += ["", f"Where both exist: {total_sweep / 3600:.2f} h as sweeps against "
+                  f"{total_sequential / 3600:.2f} h as sequential runs "
+                  f"({total_sequential / total_sweep:.2f}x)."]
+  lines += ["", "Selections (seed 0 tuning) against the sequential study's:", ""]
+  for loss in (*TUNED, "mbls"):
+    ours, theirs = tuning_scores(out_dir, loss), tuning_scores(sequential_dir, loss)
+    if ours is None or theirs is None:
+      continue
+    picks = [(target, select(ours, target), select(theirs, target)) for target in ("acc", "ece")]
+    lines.append(f"- {DISPLAY[loss]}: " + "; ".join(
+        f"{target} {a:g}" + (" (the same)" if a == b else f" (sequential: {b:g})")
+        for target, a, b in picks) + ".")
+  return lines
+
+
 README_BEGIN = "<!-- lr_table1 table: begin (written by python -m studies.lr_table1 --readme) -->"
 README_END = "<!-- lr_table1 table: end -->"
 
@@ -238,6 +307,7 @@ def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
             "defaults (margin 10, lambda 0.1 / 0.01, winner term on the max)."]
   lines += ["", "## Tuning (seed 0; train[:50000], scored on train[50000:])", ""]
   lines += tuning_table(out_dir)
+  lines += sweep_notes(out_dir)
   figure = reliability_figure(out_dir, workdir, seeds)
   if figure:
     lines += ["", f"![reliability]({os.path.basename(figure)})"]

@@ -67,6 +67,13 @@ GPU_ROWS = [
     ("voc2012_deeplabv3_resnet50.py", "h100:8", {"dtype": "bfloat16"}),
     ("cifar10_resnet50.py", "h100:1", {}),
     ("cityscapes_deeplabv3plus_resnet101.py", "h100:4", {"dtype": "bfloat16"}),
+    # The other large recipes on one H100 and on 8 (batch per chip x8 / /8).
+    ("imagenet_vit_s16_sam.py", "h100:1", {}),
+    ("voc2012_deeplabv3_resnet50.py", "h100:1", {"dtype": "bfloat16"}),
+    ("cifar10_resnet50.py", "h100:8", {}),
+    ("imagenet_resnet50_ls_sc.py", "h100:1", {"dtype": "bfloat16"}),
+    ("imagenet_resnet50_ls_sc.py", "h100:8", {"dtype": "bfloat16"}),
+    ("cityscapes_deeplabv3plus_resnet101.py", "h100:1", {"dtype": "bfloat16"}),
 ]
 
 

@@ -1,5 +1,6 @@
 """A sweep's population trained as one program: the members' states stacked on a leading axis,
-one `jax.vmap` of the train step over them, their hyper-parameters as traced arrays.
+the train step applied to every member (`jax.vmap` on accelerators; on CPU `lax.map` or the
+members unrolled, `members_as`), their hyper-parameters as traced arrays.
 
 Member `m` with overrides `o_m` is its single run (`spec.member_config(config, o_m)`):
 

@@ -255,7 +255,8 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   text = "loss_kwargs.alpha=" + ",".join(f"{v:g}" for v in grid)
   for index, value in enumerate(grid):
     variant = f"tune,lr,{value:g}"
-    sweep = {"text": text, "member": index, "members": len(grid), "variant": variant}
+    sweep = {"text": text, "member": index, "members": len(grid), "variant": variant,
+             "load": 2.5}
     _write(sweeps_dir, variant, 0, accuracy=0.95 - abs(value - 0.1), ece=0.01 + abs(value - 0.3),
            sweep=sweep, seconds=60.0)
     _write(sequential_dir, variant, 0, accuracy=0.95 - abs(value - 0.1),
@@ -263,8 +264,8 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   _write(sweeps_dir, "final_ts,ce", 0, accuracy=0.9, ece=0.05, seconds=50.0,
          sweep={"text": "seed=0", "member": 0, "members": 1, "variant": "final_ts,ce"})
   lines = report.sweep_notes(str(sweeps_dir), str(sequential_dir))
-  assert f"| `tune,lr` [{text}] | 7 | 7.0 | 14.0 | 2.00x |" in lines
-  assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | 0 of 1 run | – |" in lines
+  assert f"| `tune,lr` [{text}] | 7 | 7.0 | 2.5 | 14.0 | 2.00x | 0.0e+00, 1.0e-01 |" in lines
+  assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | – | 0 of 1 run | – | – |" in lines
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)
   assert "- LR: acc 0.1 (the same); ece 0.3 (sequential: 0.2)." in lines
   assert report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there

@@ -207,21 +207,28 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR) -> list[str]
            "time over its members, added up) against the sequential study's single runs of "
            "the same variants and seeds where it has them (`docs/results/lr_table1/`; those "
            "ran one at a time in earlier sessions, on the same kind of 2-core machine, under "
-           "whatever else ran beside them).", "",
-           "| sweep | members | sweep wall (min) | sequential runs (min) | ratio |",
-           "|---|---:|---:|---:|---:|"]
+           "whatever else ran beside them). The load is the machine's 15-minute load average "
+           "when the sweep finished (2 cores: above 2, other work shared them).", "",
+           "| sweep | members | sweep wall (min) | machine load | sequential runs (min) | "
+           "ratio | largest difference from the sequential runs: accuracy, ECE |",
+           "|---|---:|---:|---:|---:|---:|---|"]
   total_sweep = total_sequential = 0.0
   for (name, text), members in groups.items():
     wall = sum(s["seconds"] for _, _, s in members)
+    load = members[0][2]["sweep"].get("load")
     single = [load_summary(sequential_dir, v, seed) for v, seed, _ in members]
     single = [s for s in single if s and "diverged" not in s]
     if len(single) == len(members):
       sequential = sum(s["seconds"] for s in single)
       total_sweep, total_sequential = total_sweep + wall, total_sequential + sequential
-      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x"
+      gaps = [max(abs(a[2][key] - b[key]) for a, b in zip(members, single))
+              for key in ("accuracy", "ece")]
+      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x | {gaps[0]:.1e}, {gaps[1]:.1e}"
     else:
-      cells = f"{len(single)} of {len(members)} run | –"
-    lines.append(f"| `{name}` [{text}] | {len(members)} | {wall / 60:.1f} | {cells} |")
+      cells = f"{len(single)} of {len(members)} run | – | –"
+    load_text = "–" if load is None else f"{load:.1f}"
+    lines.append(f"| `{name}` [{text}] | {len(members)} | {wall / 60:.1f} | {load_text} | "
+                 f"{cells} |")
   if total_sweep:
     lines += ["", f"Where both exist: {total_sweep / 3600:.2f} h as sweeps against "
                   f"{total_sequential / 3600:.2f} h as sequential runs "

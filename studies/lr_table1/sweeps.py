@@ -110,7 +110,7 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
     results = evaluate.evaluate_run(config, path, split=split, member=index)
     summary = summarize(results, seconds)
     summary["sweep"] = {"text": text, "member": index, "members": len(members),
-                        "variant": member_variant}
+                        "variant": member_variant, "load": os.getloadavg()[2]}
     summary["predictions"] = os.path.relpath(
         os.path.join(evaluate.eval_dir(path, split, index), report.PREDICTIONS_FILE), workdir)
     _write(out_dir, member_variant, seed, summary)

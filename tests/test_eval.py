@@ -37,6 +37,15 @@ def clutter_config(**overrides):
                         "data.options": TINY_CLUTTER, **overrides})
 
 
+def report_only(config):
+  """`config` whose eval leaves out the post-hoc toolkit and the CAM grid, for the tests that
+  look at the rest of the report (test_eval_toolkit.py and test_eval_maps.py check those; the
+  segmentation eval below runs its whole report)."""
+  config.eval.toolkit = False
+  config.eval.cam_images = 0
+  return config
+
+
 @pytest.fixture
 def tiny_fcn():
   """TinyFCN in the model registry (the public hook users register their own models with)."""
@@ -66,6 +75,7 @@ def test_context_only_eval_of_an_als_model(tmp_path):
                                                                "context_rate": 0.2}})
   als.eval.context_eval = True
   als.eval.pnorm_candidates = (2,)
+  report_only(als)
   loop.train_and_evaluate(als, str(tmp_path / "als"))
   results = evaluation.evaluate_run(als, str(tmp_path / "als"))
   context = results["context"]
@@ -113,7 +123,7 @@ def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_eval_saves_the_plotted_predictions(tmp_path):
-  config = clutter_config()
+  config = report_only(clutter_config())
   config.eval.pnorm_candidates = (2,)
   loop.train_and_evaluate(config, str(tmp_path / "run"))
   results = evaluation.evaluate_run(config, str(tmp_path / "run"))
@@ -129,13 +139,13 @@ def test_eval_saves_the_plotted_predictions(tmp_path):
 def test_eval_reads_variables_only_whatever_the_optimiser_is_now(tmp_path):
   """eval restores params/batch_stats alone: a config whose optimiser (hence optimiser-state
   structure) changed after training still evaluates the trained weights, to the same numbers."""
-  config = clutter_config(**{"optimizer.name": "sgd"})
+  config = report_only(clutter_config(**{"optimizer.name": "sgd"}))
   config.eval.pnorm_candidates = (2,)
   workdir = str(tmp_path / "run")
   loop.train_and_evaluate(config, workdir)
   before = evaluation.evaluate_run(config, workdir)
   # Adam moments and a CRL history: another state shape.
-  changed = clutter_config(crl_weight=1.0, **{"optimizer.name": "adam"})
+  changed = report_only(clutter_config(crl_weight=1.0, **{"optimizer.name": "adam"}))
   changed.eval.pnorm_candidates = (2,)
   after = evaluation.evaluate_run(changed, workdir)
   assert after["step"] == before["step"] == 2

@@ -39,7 +39,8 @@ def _evaluate_fresh_weights(config, tmp_path):
 
 def test_classification_eval_draws_cams_and_scores_localisation(tmp_path):
   config = clutter_config(**{"eval.cam_images": 6, "eval.context_eval": True,
-                             "eval.max_examples": 16, "eval.pnorm_candidates": (2,)})
+                             "eval.max_examples": 16, "eval.pnorm_candidates": (2,),
+                             "eval.toolkit": False})  # test_eval_toolkit.py's
   results = _evaluate_fresh_weights(config, tmp_path)
   loc = results["localisation"]
   assert loc["num_images"] == 16 and loc["layer"] == "features"

@@ -158,6 +158,10 @@ def get_config():
   config.model = "resnet18"
   config.data.eval_batch_size = 256
   config.eval.pnorm_candidates = (2,)
+  # The weights' report, not the whole of it: no post-hoc toolkit (test_eval_toolkit.py) and no
+  # ResNet-18 Grad-CAM grid (test_explain.py, test_eval_maps.py), each seconds of compiling.
+  config.eval.toolkit = False
+  config.eval.cam_images = 0
   return config
 """
 

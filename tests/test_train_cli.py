@@ -62,7 +62,9 @@ def _args(workdir, variant="ce"):
           "--config.schedule.warmup_epochs=0.1",
           "--config.progress_bar=False", "--config.tensorboard=False",
           "--config.checkpoint_every_steps=8", "--config.log_every_steps=8",
-          "--config.eval_every_steps=12"]
+          "--config.eval_every_steps=12",
+          # 50 resamples of the toolkit's intervals, as tiny_config (its default is 1000).
+          "--config.eval.bootstrap_samples=50"]
 
 
 def _numpy_ece(probs, labels, num_bins=15):
@@ -192,13 +194,17 @@ def test_a_sweep_through_the_commands_then_eval_of_one_member_and_of_all(tmp_pat
   train_program.main(["train.py"])
   assert os.path.exists(os.path.join(workdir, "sweep.json"))
   capsys.readouterr()
+  # The members the command picks, not the report (a member's whole report, toolkit and CAMs
+  # included, is test_sweep.py's): its evals leave the toolkit and the CAM grid out.
+  report_only = ["--config.eval.toolkit=False", "--config.eval.cam_images=0"]
   parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--member=1",
-        "--split=val")
+        "--split=val", *report_only)
   eval_program.main(["eval.py"])
   out = capsys.readouterr().out
   assert out.startswith("member 1 (loss_kwargs.margin=10.0) — digits")
   assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "val", 1), "metrics.json"))
-  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--split=val")
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--split=val",
+        *report_only)
   eval_program.main(["eval.py"])  # a sweep's default: every member
   out = capsys.readouterr().out
   assert "member 0 (loss_kwargs.margin=5.0)" in out and "member 1 (" in out

@@ -20,7 +20,8 @@ def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
         variants.override(config, {{
             "num_train_steps": 24, "model_kwargs": {{"hidden": (16,)}},
             "checkpoint_every_steps": 8, "log_every_steps": 8, "eval_every_steps": 0,
-            "progress_bar": False, "tensorboard": False}})
+            "progress_bar": False, "tensorboard": False,
+            "eval.bootstrap_samples": 50}})  # not 1000: as test_train_loop.tiny_config
         return config
       """))
   workdir = tmp_path / "demo"

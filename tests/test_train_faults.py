@@ -160,15 +160,34 @@ def _final_variables(workdir, step):
   return jax.device_get(variables)
 
 
+SIGTERM_STEPS = 30
+
+
+@pytest.fixture(scope="module")
+def train_py_cache(tmp_path_factory):
+  """One persistent compilation cache for this module's train.py processes."""
+  return tmp_path_factory.mktemp("train_py_cache")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, train_py_cache):
+  """The final variables of a train.py run of SIGTERM_STEPS steps fed by tf.data, never
+  interrupted: the reference of both preempted runs below."""
+  workdir = tmp_path_factory.mktemp("uninterrupted") / "ref"
+  done = subprocess.run(_train_cmd(workdir, SIGTERM_STEPS), cwd=ROOT, env=_env(train_py_cache),
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                        timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  return _final_variables(str(workdir), SIGTERM_STEPS)
+
+
 @pytest.mark.parametrize("on_device", [False, True])
 def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted_run(
-    tmp_path, on_device):
+    tmp_path, on_device, uninterrupted, train_py_cache):
   """The preempted run (with `on_device`: its training set on the devices) resumed, against
   an uninterrupted run fed by tf.data."""
-  steps, pause_at = 30, 11
-  env = _env(tmp_path / "cache")
-  reference = subprocess.Popen(_train_cmd(tmp_path / "ref", steps), cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  steps, pause_at = SIGTERM_STEPS, 11
+  env = _env(train_py_cache)
   workdir = tmp_path / "preempted"
   proc = subprocess.Popen(_train_cmd(workdir, steps, on_device), cwd=ROOT,
                           env=dict(env, CALIB_TEST_PAUSE_AT_BATCH=str(pause_at)),
@@ -199,8 +218,7 @@ def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted
   assert re.search(rf"^{saved + STEPS_PER_DISPATCH}/{steps} \[", resumed.stderr, re.M), (
       resumed.stderr[-2000:])
   assert not re.search(rf"^{saved}/{steps} \[", resumed.stderr, re.M)
-  assert reference.wait(timeout=300) == 0, reference.stderr.read()[-2000:]
-  for x, y in zip(jax.tree.leaves(_final_variables(str(tmp_path / "ref"), steps)),
+  for x, y in zip(jax.tree.leaves(uninterrupted),
                   jax.tree.leaves(_final_variables(str(workdir), steps)), strict=True):
     np.testing.assert_array_equal(x, y)
 

@@ -279,8 +279,11 @@ def update_readme(path: str, out_dir: str, seeds: list[int]) -> None:
 
 
 def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
+  command = ("python -m studies.lr_table1 --sweeps --seeds=0,1,2,3,4,5,6,7,8,9 "
+             "--out_dir=docs/results/lr_table1_sweeps --max_members=5" if _sweeps_of(out_dir)
+             else "python -m studies.lr_table1 --out_dir=docs/results --readme=README.md")
   lines = ["# Label relaxation Table 1 (Fashion-MNIST), reproduced", "",
-           "Produced by `python -m studies.lr_table1 --out_dir=docs/results --readme=README.md` "
+           f"Produced by `{command}` "
            "(configs: `studies/lr_table1/config.py`; `--report_only` rewrites it from the "
            "summaries without training). Paper: mean ± std of 10 seeds with the train/test "
            "pool resampled per seed; ours: mean ± sample std over seeds on the original split, "

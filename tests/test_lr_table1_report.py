@@ -243,6 +243,9 @@ def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seed
   plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=4)
   assert plan[0][1] == "loss_kwargs.alpha=0.01,0.025,0.05,0.2,0.3,0.4"
   assert [item[1] for item in plan if item[0] == "final,ce"] == ["seed=4,5,6,7"]
+  # CE has 4 seeds, CE + T none: CE + T's first chunk comes before CE's second.
+  order = [item[0] for item in plan]
+  assert order.index("final_ts,ce") < order.index("final,ce")
   unchunked = sweeps.sweep_plan(str(tmp_path), seeds)
   assert [item[1] for item in unchunked if item[0] == "final,ce"] == ["seed=4,5,6,7,8,9"]
 

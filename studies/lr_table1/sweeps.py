@@ -54,13 +54,17 @@ def sweep_plan(out_dir: str, seeds: list[int], max_members: int = 0) -> list[Swe
   """Sweeps still to run, in order: the LR and LS grids; the final rows known so far (CE, CE +
   T, LR, LS, ACLS) on every seed; the other grids; the remaining final rows. With
   `max_members`, a final row's seeds are run in sweeps of at most that many (the first ones
-  without a summary; the rest come in a later sweep)."""
+  without a summary; the rest come in a later sweep), the rows with the fewest finished seeds
+  first, so every row gets a spread before any row gets all its seeds."""
+  def seed_sweeps():  # the rows with the fewest finished seeds first: spreads before depth
+    done = lambda variant: sum(load_summary(out_dir, variant, s) is not None for s in seeds)
+    return [_seed_sweep(out_dir, variant, seeds, max_members)
+            for variant in sorted((v for _, v, _ in final_rows(out_dir)), key=done)]
+
   items = [_grid_sweep(out_dir, loss) for loss in FIRST_TUNED]
-  items += [_seed_sweep(out_dir, variant, seeds, max_members)
-            for _, variant, _ in final_rows(out_dir)]
+  items += seed_sweeps()
   items += [_grid_sweep(out_dir, loss) for loss in OTHER_TUNED]
-  items += [_seed_sweep(out_dir, variant, seeds, max_members)
-            for _, variant, _ in final_rows(out_dir)]
+  items += seed_sweeps()
   result, seen = [], set()
   for item in items:
     if item is not None and item[1] + item[0] not in seen:

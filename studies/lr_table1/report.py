@@ -279,8 +279,9 @@ def update_readme(path: str, out_dir: str, seeds: list[int]) -> None:
 
 
 def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
+  sweeps = sweep_notes(out_dir)  # empty unless the summaries come from sweeps
   command = ("python -m studies.lr_table1 --sweeps --seeds=0,1,2,3,4,5,6,7,8,9 "
-             "--out_dir=docs/results/lr_table1_sweeps --max_members=5" if _sweeps_of(out_dir)
+             "--out_dir=docs/results/lr_table1_sweeps --max_members=5" if sweeps
              else "python -m studies.lr_table1 --out_dir=docs/results --readme=README.md")
   lines = ["# Label relaxation Table 1 (Fashion-MNIST), reproduced", "",
            f"Produced by `{command}` "
@@ -327,7 +328,7 @@ def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
             "defaults (margin 10, lambda 0.1 / 0.01, winner term on the max)."]
   lines += ["", "## Tuning (seed 0; train[:50000], scored on train[50000:])", ""]
   lines += tuning_table(out_dir)
-  lines += sweep_notes(out_dir)
+  lines += sweeps
   figure = reliability_figure(out_dir, workdir, seeds)
   if figure:
     lines += ["", f"![reliability]({os.path.basename(figure)})"]

@@ -272,3 +272,31 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)
   assert "- LR: acc 0.1 (the same); ece 0.3 (sequential: 0.2)." in lines
   assert report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
+
+
+def test_a_resumed_sweep_reports_its_training_time_over_all_sessions(tmp_path, monkeypatch):
+  """`sweeps.run_sweep`: a session cut short by preemption still adds its time, so a member's
+  `seconds` is the whole training time, not that of the last (resuming) session."""
+  from calib_jax.evaluation import run as evaluate
+  from calib_jax.training import loop, preemption
+  from studies.lr_table1 import sweeps
+  clock = {"now": 0.0}
+  monkeypatch.setattr(sweeps.time, "monotonic", lambda: clock["now"])
+
+  def train(seconds, preempt):
+    def train_and_evaluate(config, workdir):
+      clock["now"] += seconds
+      if preempt:
+        raise preemption.Preempted(10, workdir)
+    return train_and_evaluate
+
+  results = {"test": {"accuracy": 0.9, "ece": 0.05, "nll": 0.3, "temperature": 1.2}}
+  monkeypatch.setattr(evaluate, "evaluate_run", lambda *a, **k: results)
+  monkeypatch.setattr(sweeps, "summarize", lambda results, seconds: {"seconds": seconds})
+  item = ("final,ce", "seed=0,1", [("final,ce", 0), ("final,ce", 1)], "test")
+  monkeypatch.setattr(loop, "train_and_evaluate", train(300.0, preempt=True))
+  with pytest.raises(preemption.Preempted):
+    sweeps.run_sweep(item, str(tmp_path), str(tmp_path / "out"))
+  monkeypatch.setattr(loop, "train_and_evaluate", train(100.0, preempt=False))
+  written = sweeps.run_sweep(item, str(tmp_path), str(tmp_path / "out"))
+  assert [summary["seconds"] for _, _, summary in written] == [200.0, 200.0]  # (300 + 100) / 2

@@ -86,9 +86,27 @@ def _write(out_dir: str, variant: str, seed: int, summary: dict[str, Any]) -> No
     json.dump(summary, f, indent=1, sort_keys=True)
 
 
+def _training_seconds(path: str, segment: float = 0.0) -> float:
+  """The sweep's training wall time over all its sessions: `segment` seconds are added to what
+  `<path>/training_seconds.json` held, which is rewritten. A sweep that resumes (or finds its
+  training finished) thus reports the time it took in all, not the time of its last session."""
+  record = os.path.join(path, "training_seconds.json")
+  total = 0.0
+  if os.path.exists(record):
+    with open(record) as f:
+      total = float(json.load(f)["seconds"])
+  if segment:
+    total += segment
+    os.makedirs(path, exist_ok=True)
+    with open(record, "w") as f:
+      json.dump({"seconds": total}, f)
+  return total
+
+
 def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, int, dict]]:
   """Trains one sweep (resuming it), evaluates each member and writes its summary; returns
-  `(variant, seed, summary)` per member written."""
+  `(variant, seed, summary)` per member written. A member's `seconds` is the sweep's training
+  wall time over all its sessions (`_training_seconds`) divided by its members."""
   from calib_jax import config as config_lib
   from calib_jax.evaluation import report, run as evaluate
   from calib_jax.training import loop
@@ -98,17 +116,22 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
   config.sweep = text
   path = sweep_workdir(workdir, variant, text)
   start = time.monotonic()
+  diverged = None
   try:
     loop.train_and_evaluate(config, path)
   except loop.NonFiniteLossError as e:
-    if e.member is None:
-      raise
-    member_variant, seed = members[e.member]
-    summary = {"diverged": str(e).splitlines()[0], "seconds": time.monotonic() - start,
-               "sweep": {"text": text, "member": e.member}}
+    diverged = e
+  finally:  # a preempted session's time counts too: the sweep resumes from its checkpoint
+    total_seconds = _training_seconds(path, time.monotonic() - start)
+  if diverged is not None:
+    if diverged.member is None:
+      raise diverged
+    member_variant, seed = members[diverged.member]
+    summary = {"diverged": str(diverged).splitlines()[0], "seconds": total_seconds,
+               "sweep": {"text": text, "member": diverged.member}}
     _write(out_dir, member_variant, seed, summary)
     return [(member_variant, seed, summary)]
-  seconds = (time.monotonic() - start) / len(members)  # the sweep's wall time per member
+  seconds = total_seconds / len(members)  # the sweep's wall time per member
   written = []
   for index, (member_variant, seed) in enumerate(members):
     results = evaluate.evaluate_run(config, path, split=split, member=index)

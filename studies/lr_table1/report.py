@@ -188,8 +188,7 @@ def _sweeps_of(out_dir: str) -> dict[tuple[str, str], list[tuple[str, int, Summa
         summary = json.load(f)
       if "sweep" not in summary or "diverged" in summary:
         continue
-      # The variant as written by the sweep (a folder name turns its commas into '_').
-      variant = summary["sweep"].get("variant") or name.replace("_", ",")
+      variant = summary["sweep"]["variant"]
       row = ",".join(variant.split(",")[:2]) if variant.startswith("tune,") else variant
       found.setdefault((row, summary["sweep"]["text"]), []).append((variant, seed, summary))
   return found

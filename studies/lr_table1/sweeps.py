@@ -128,7 +128,7 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
       raise diverged
     member_variant, seed = members[diverged.member]
     summary = {"diverged": str(diverged).splitlines()[0], "seconds": total_seconds,
-               "sweep": {"text": text, "member": diverged.member}}
+               "sweep": {"text": text, "member": diverged.member, "variant": member_variant}}
     _write(out_dir, member_variant, seed, summary)
     return [(member_variant, seed, summary)]
   seconds = total_seconds / len(members)  # the sweep's wall time per member

@@ -31,7 +31,8 @@ Bad inputs raise `PredictionsError` (a `ValueError`), one line naming the array 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -92,6 +93,13 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
   return out
 
 
+@functools.lru_cache(maxsize=None)
+def _binned_ece(num_bins: int) -> Callable:
+  """`metrics.ece` at `num_bins`, one object per bin count: the bootstrap's compiled program
+  (keyed by the metric function) is then reused by every calibrator's probabilities."""
+  return functools.partial(metrics.ece, num_bins=num_bins)
+
+
 def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Array,
                  bootstrap_samples: int) -> dict[str, Any]:
   confidence = jnp.max(probs, -1)
@@ -109,8 +117,7 @@ def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Ar
   result = {k: float(v) for k, v in result.items()}
   if bootstrap_samples:
     keys = jax.random.split(key, len(INTERVAL_KEYS))
-    ece = lambda p, y: metrics.ece(p, y, num_bins)  # noqa: E731
-    fns = {"ece": (ece, (probs, labels)), "smooth_ece": (metrics.smooth_ece, (probs, labels)),
+    fns = {"ece": (_binned_ece(num_bins), (probs, labels)), "smooth_ece": (metrics.smooth_ece, (probs, labels)),
            "aurc": (metrics.aurc, (confidence, correct))}
     result["intervals"] = {
         name: {k: float(v) for k, v in metrics.bootstrap(

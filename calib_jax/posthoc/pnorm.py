@@ -25,12 +25,14 @@ def _check_p(p) -> float:
   return float(p)
 
 
-@functools.partial(jax.jit, static_argnames=("p", "center"))
-def _pnorm_score(logits, p: float, center: bool):
+# p is traced (one compiled program for every finite p: `select_pnorm` tries nine of them);
+# only whether it is infinite is static.
+@functools.partial(jax.jit, static_argnames=("infinite", "center"))
+def _pnorm_score(logits, p: jax.Array, infinite: bool, center: bool):
   v = logits - jnp.mean(logits, axis=-1, keepdims=True) if center else logits
   scale = jnp.max(jnp.abs(v), axis=-1, keepdims=True)
   safe = jnp.where(scale > 0, scale, 1.0)
-  if np.isinf(p):
+  if infinite:
     norm_over_scale = jnp.ones_like(scale[..., 0])
   else:
     # Dividing by max|v| first keeps |v|^p finite for large logits and large p.
@@ -51,7 +53,9 @@ def max_logit_pnorm(logits: ArrayLike, p: float, center: bool = True) -> jax.Arr
     p: norm order, a real >= 1 or `float('inf')`.
     center: subtract the per-sample mean logit first.
   """
-  return _pnorm_score(scores.logits_array(logits), _check_p(p), bool(center))
+  p = _check_p(p)
+  return _pnorm_score(scores.logits_array(logits), jnp.float32(1.0 if np.isinf(p) else p),
+                      bool(np.isinf(p)), bool(center))
 
 
 def pnorm_aurcs(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,

@@ -59,7 +59,7 @@ def test_segmentation_eval(tmp_path, tiny_fcn):
                           "model_kwargs": {}})
   seg.eval.score_pixels_per_image = 50
   seg.eval.fit_pixels_per_image = 20
-  seg.eval.pnorm_candidates = (2,)  # Each candidate p compiles its own scoring program.
+  seg.eval.pnorm_candidates = (2,)  # One AURC per candidate p on the sampled pixels.
   loop.train_and_evaluate(seg, str(tmp_path / "seg"))
   results = evaluation.evaluate_run(seg, str(tmp_path / "seg"))
   assert 0.0 <= results["pre_temperature"]["miou"] <= 1.0

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -281,7 +282,7 @@ def test_a_resumed_sweep_reports_its_training_time_over_all_sessions(tmp_path, m
   from calib_jax.training import loop, preemption
   from studies.lr_table1 import sweeps
   clock = {"now": 0.0}
-  monkeypatch.setattr(sweeps.time, "monotonic", lambda: clock["now"])
+  monkeypatch.setattr(sweeps, "time", types.SimpleNamespace(monotonic=lambda: clock["now"]))
 
   def train(seconds, preempt):
     def train_and_evaluate(config, workdir):

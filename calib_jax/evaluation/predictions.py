@@ -117,7 +117,8 @@ def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Ar
   result = {k: float(v) for k, v in result.items()}
   if bootstrap_samples:
     keys = jax.random.split(key, len(INTERVAL_KEYS))
-    fns = {"ece": (_binned_ece(num_bins), (probs, labels)), "smooth_ece": (metrics.smooth_ece, (probs, labels)),
+    fns = {"ece": (_binned_ece(num_bins), (probs, labels)),
+           "smooth_ece": (metrics.smooth_ece, (probs, labels)),
            "aurc": (metrics.aurc, (confidence, correct))}
     result["intervals"] = {
         name: {k: float(v) for k, v in metrics.bootstrap(

@@ -209,22 +209,23 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR) -> list[str]
            "whatever else ran beside them). The load is the machine's 15-minute load average "
            "when the sweep finished (2 cores: above 2, other work shared them).", "",
            "| sweep | members | sweep wall (min) | machine load | sequential runs (min) | "
-           "ratio | largest difference from the sequential runs: accuracy, ECE |",
+           "ratio | largest difference from the sequential runs (those it has): accuracy, ECE |",
            "|---|---:|---:|---:|---:|---:|---|"]
   total_sweep = total_sequential = 0.0
   for (name, text), members in groups.items():
     wall = sum(s["seconds"] for _, _, s in members)
     load = members[0][2]["sweep"].get("load")
-    single = [load_summary(sequential_dir, v, seed) for v, seed, _ in members]
-    single = [s for s in single if s and "diverged" not in s]
-    if len(single) == len(members):
-      sequential = sum(s["seconds"] for s in single)
+    pairs = [(m[2], load_summary(sequential_dir, m[0], m[1])) for m in members]
+    pairs = [(ours, theirs) for ours, theirs in pairs if theirs and "diverged" not in theirs]
+    # The members the sequential study also ran are compared even when it ran only some.
+    gaps = (" | " + ", ".join(f"{max(abs(a[key] - b[key]) for a, b in pairs):.1e}"
+                              for key in ("accuracy", "ece"))) if pairs else " | –"
+    if len(pairs) == len(members):
+      sequential = sum(theirs["seconds"] for _, theirs in pairs)
       total_sweep, total_sequential = total_sweep + wall, total_sequential + sequential
-      gaps = [max(abs(a[2][key] - b[key]) for a, b in zip(members, single))
-              for key in ("accuracy", "ece")]
-      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x | {gaps[0]:.1e}, {gaps[1]:.1e}"
+      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x{gaps}"
     else:
-      cells = f"{len(single)} of {len(members)} run | – | –"
+      cells = f"{len(pairs)} of {len(members)} run | –{gaps}"
     load_text = "–" if load is None else f"{load:.1f}"
     lines.append(f"| `{name}` [{text}] | {len(members)} | {wall / 60:.1f} | {load_text} | "
                  f"{cells} |")

@@ -267,7 +267,12 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
            ece=0.01 + abs(value - 0.2), seconds=120.0)
   _write(sweeps_dir, "final_ts,ce", 0, accuracy=0.9, ece=0.05, seconds=50.0,
          sweep={"text": "seed=0", "member": 0, "members": 1, "variant": "final_ts,ce"})
+  for seed in (0, 1):  # a sweep of 2 seeds; the sequential study ran seed 0 only
+    _write(sweeps_dir, "final,ce", seed, accuracy=0.9, ece=0.05, seconds=60.0,
+           sweep={"text": "seed=0,1", "member": seed, "members": 2, "variant": "final,ce"})
+  _write(sequential_dir, "final,ce", 0, accuracy=0.91, ece=0.05, seconds=100.0)
   lines = report.sweep_notes(str(sweeps_dir), str(sequential_dir))
+  assert "| `final,ce` [seed=0,1] | 2 | 2.0 | – | 1 of 2 run | – | 1.0e-02, 0.0e+00 |" in lines
   assert f"| `tune,lr` [{text}] | 7 | 7.0 | 2.5 | 14.0 | 2.00x | 0.0e+00, 1.0e-01 |" in lines
   assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | – | 0 of 1 run | – | – |" in lines
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)

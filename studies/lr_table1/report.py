@@ -218,14 +218,14 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR) -> list[str]
     pairs = [(m[2], load_summary(sequential_dir, m[0], m[1])) for m in members]
     pairs = [(ours, theirs) for ours, theirs in pairs if theirs and "diverged" not in theirs]
     # The members the sequential study also ran are compared even when it ran only some.
-    gaps = (" | " + ", ".join(f"{max(abs(a[key] - b[key]) for a, b in pairs):.1e}"
-                              for key in ("accuracy", "ece"))) if pairs else " | –"
+    gaps = ", ".join(f"{max(abs(a[key] - b[key]) for a, b in pairs):.1e}"
+                     for key in ("accuracy", "ece")) if pairs else "–"
     if len(pairs) == len(members):
       sequential = sum(theirs["seconds"] for _, theirs in pairs)
       total_sweep, total_sequential = total_sweep + wall, total_sequential + sequential
-      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x{gaps}"
+      cells = f"{sequential / 60:.1f} | {sequential / wall:.2f}x | {gaps}"
     else:
-      cells = f"{len(pairs)} of {len(members)} run | –{gaps}"
+      cells = f"{len(pairs)} of {len(members)} run | – | {gaps}"
     load_text = "–" if load is None else f"{load:.1f}"
     lines.append(f"| `{name}` [{text}] | {len(members)} | {wall / 60:.1f} | {load_text} | "
                  f"{cells} |")

@@ -86,20 +86,18 @@ def _write(out_dir: str, variant: str, seed: int, summary: dict[str, Any]) -> No
     json.dump(summary, f, indent=1, sort_keys=True)
 
 
-def _training_seconds(path: str, segment: float = 0.0) -> float:
+def _training_seconds(path: str, segment: float) -> float:
   """The sweep's training wall time over all its sessions: `segment` seconds are added to what
   `<path>/training_seconds.json` held, which is rewritten. A sweep that resumes (or finds its
   training finished) thus reports the time it took in all, not the time of its last session."""
   record = os.path.join(path, "training_seconds.json")
-  total = 0.0
+  total = segment
   if os.path.exists(record):
     with open(record) as f:
-      total = float(json.load(f)["seconds"])
-  if segment:
-    total += segment
-    os.makedirs(path, exist_ok=True)
-    with open(record, "w") as f:
-      json.dump({"seconds": total}, f)
+      total += float(json.load(f)["seconds"])
+  os.makedirs(path, exist_ok=True)
+  with open(record, "w") as f:
+    json.dump({"seconds": total}, f)
   return total
 
 

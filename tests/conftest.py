@@ -12,10 +12,12 @@ import pytest
 # Eight fake devices are eight threads on (in CI) two cores: under load a collective's threads
 # can reach it more than XLA's default 40 s apart, which aborts the whole process ("7 of 8
 # device threads reached a collective ..."); the tests wait up to 10 min instead.
+#
 # XLA's backend optimisation level 0: the tests' programs are small and run a few steps, so
 # compiling them is most of their time, and level 0 takes ~13 % less CPU (paired runs of the
-# evaluation tests); it changes how fast the code runs, not what it computes. (The tests that start train.py with its own flags, the
-# SIGTERM and multi-process ones, compile at the default level.)
+# evaluation tests); it changes how fast the code runs, not what it computes. (The tests that
+# start train.py with their own flags, the SIGTERM and multi-process ones, compile at the
+# default level.)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
                       "--xla_backend_optimization_level=0")

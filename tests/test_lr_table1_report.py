@@ -227,8 +227,8 @@ def test_the_command_line_rewrites_the_report_from_the_summaries(tmp_path):
 
 
 def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seeds(tmp_path):
-  """`sweeps.sweep_plan`: a tuning grid is one sweep over its values (done values left out);
-  with `max_members`, a final row's seeds come in sweeps of at most that many, the next sweep
+  """`sweeps.sweep_plan`: a tuning grid is one sweep over its values (done values left out),
+  every grid before the final rows; with `max_members`, a final row's seeds come in sweeps of at most that many, the next sweep
   taking the first seeds without a summary."""
   from studies.lr_table1 import sweeps
   seeds = list(range(10))
@@ -247,6 +247,10 @@ def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seed
   # CE has 4 seeds, CE + T none: CE + T's first chunk comes before CE's second.
   order = [item[0] for item in plan]
   assert order.index("final_ts,ce") < order.index("final,ce")
+  # Every grid runs before any final row, so each row of the table is known early.
+  grids = [index for index, item in enumerate(plan) if item[3] == "val"]
+  assert [plan[i][0].split(",")[1] for i in grids] == ["lr", "ls", "focal", "ecp", "mbls"]
+  assert max(grids) < min(i for i, item in enumerate(plan) if item[3] == "test")
   unchunked = sweeps.sweep_plan(str(tmp_path), seeds)
   assert [item[1] for item in unchunked if item[0] == "final,ce"] == ["seed=4,5,6,7,8,9"]
 

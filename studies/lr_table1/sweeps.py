@@ -27,8 +27,7 @@ from studies.lr_table1.summaries import final_rows, load_summary, summarize, sum
 
 # (config variant the sweep starts from, sweep text, [(member variant, seed)], split)
 SweepItem = tuple[str, str, list[tuple[str, int]], str]
-FIRST_TUNED = ("lr", "ls")
-OTHER_TUNED = ("focal", "ecp", "mbls")
+TUNED = ("lr", "ls", "focal", "ecp", "mbls")  # the order their grids run in
 
 
 def _grid_sweep(out_dir: str, loss: str) -> SweepItem | None:
@@ -51,26 +50,18 @@ def _seed_sweep(out_dir: str, variant: str, seeds: list[int],
 
 
 def sweep_plan(out_dir: str, seeds: list[int], max_members: int = 0) -> list[SweepItem]:
-  """Sweeps still to run, in order: the LR and LS grids; the final rows known so far (CE, CE +
-  T, LR, LS, ACLS) on every seed; the other grids; the remaining final rows. With
-  `max_members`, a final row's seeds are run in sweeps of at most that many (the first ones
-  without a summary; the rest come in a later sweep), the rows with the fewest finished seeds
-  first, so every row gets a spread before any row gets all its seeds."""
+  """Sweeps still to run, in order: every tuning grid (LR and LS first, then FL, CP and MbLS),
+  then the final rows on every seed. With `max_members`, a final row's seeds are run in sweeps
+  of at most that many (the first ones without a summary; the rest come in a later sweep), the
+  rows with the fewest finished seeds first, so every row of the table gets a spread (and
+  every claim a first verdict) before any row gets all its seeds."""
   def seed_sweeps():  # the rows with the fewest finished seeds first: spreads before depth
     done = lambda variant: sum(load_summary(out_dir, variant, s) is not None for s in seeds)
     return [_seed_sweep(out_dir, variant, seeds, max_members)
             for variant in sorted((v for _, v, _ in final_rows(out_dir)), key=done)]
 
-  items = [_grid_sweep(out_dir, loss) for loss in FIRST_TUNED]
-  items += seed_sweeps()
-  items += [_grid_sweep(out_dir, loss) for loss in OTHER_TUNED]
-  items += seed_sweeps()
-  result, seen = [], set()
-  for item in items:
-    if item is not None and item[1] + item[0] not in seen:
-      seen.add(item[1] + item[0])
-      result.append(item)
-  return result
+  items = [_grid_sweep(out_dir, loss) for loss in TUNED] + seed_sweeps()
+  return [item for item in items if item is not None]
 
 
 def sweep_workdir(workdir: str, variant: str, text: str) -> str:

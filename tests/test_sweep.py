@@ -157,6 +157,26 @@ def test_each_member_trains_like_its_single_run(trained_sweep):
     assert set(member["test"]) >= {"accuracy", "ece", "nll", "ece_ts"}
 
 
+def test_the_sweep_table_shows_each_setting_over_its_seeds_and_the_best_members(trained_sweep):
+  """`summary.format_table`, what train.py prints at the end of a sweep, and the val lines'
+  member labels."""
+  _, _, tmp_path = trained_sweep
+  content = summary.read(str(tmp_path / "sweep"))
+  lines = summary.format_table(content).splitlines()
+  assert lines[0].split()[:2] == ["setting", "seeds"] and len(lines) == 4
+  for line, setting in zip(lines[1:3], content["settings"], strict=True):
+    margin = setting["overrides"]["loss_kwargs.margin"]
+    cell = setting["test"]["ece"]
+    assert line.startswith(f"loss_kwargs.margin={margin} ")
+    assert f"{cell['mean']:.4f} ± {cell['std']:.4f}" in line and line.split()[1] == "2"
+  best = content["best"]["val_ece"]
+  assert f"ECE member {best['member']} (loss_kwargs.margin=" in lines[3]
+  assert loop._member_label({"member": 3, "overrides": {"loss_kwargs.margin": 10.0,
+                                                         "seed": 1}}) == (
+      " member 3 (loss_kwargs.margin=10.0 seed=1)")
+  assert loop._member_label({}) == ""
+
+
 def test_a_resumed_sweep_ends_where_an_uninterrupted_one_does(trained_sweep, tmp_path):
   config, state, _ = trained_sweep
   workdir = str(tmp_path / "resumed")

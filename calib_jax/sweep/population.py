@@ -289,13 +289,19 @@ class Population:
     return [(self.tags(i), self._validator.run(self.member_variables(state, i)))
             for i in range(self.size)]
 
-  def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool) -> None:
+  def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool
+             ) -> list[str]:
     """Writes `<workdir>/sweep.json` (`summary.write`): every member's validation and test
     results, the best members and the mean ± std over seeds (with `only_if_missing`, only when
-    the file is not there: a finished sweep whose process stopped while writing it)."""
-    if only_if_missing and os.path.exists(os.path.join(workdir, summary.SWEEP_FILE)):
-      return
-    results = [summary.member_results(self.experiment, self._validator.predict,
-                                      self.member_variables(state, i))
-               for i in range(self.size)]
-    summary.write(workdir, self.sweep, results)
+    the file is not there: a finished sweep whose process stopped while writing it). Returns
+    the lines to show: where the file is and its table (`summary.format_table`)."""
+    path = os.path.join(workdir, summary.SWEEP_FILE)
+    if only_if_missing and os.path.exists(path):
+      content = summary.read(workdir)
+    else:
+      results = [summary.member_results(self.experiment, self._validator.predict,
+                                        self.member_variables(state, i))
+                 for i in range(self.size)]
+      content = summary.write(workdir, self.sweep, results)
+    return [f"{self.size} members; mean ± std over seeds in {path}:",
+            *summary.format_table(content).splitlines()]

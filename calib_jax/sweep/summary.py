@@ -97,14 +97,42 @@ def summarize(sweep: Any, results: list[dict[str, dict[str, float]]]) -> dict[st
   }
 
 
-def write(workdir: str, sweep: Any, results: list[dict[str, dict[str, float]]]) -> str:
-  """Writes `summarize(...)` to `<workdir>/sweep.json` (process 0 only); returns its path."""
+def write(workdir: str, sweep: Any, results: list[dict[str, dict[str, float]]]
+          ) -> dict[str, Any]:
+  """Writes `summarize(...)` to `<workdir>/sweep.json` (process 0 only); returns it."""
+  content = summarize(sweep, results)
   path = os.path.join(workdir, SWEEP_FILE)
   if jax.process_index() == 0:
     with open(path + ".tmp", "w") as f:
-      json.dump(summarize(sweep, results), f, indent=1)
+      json.dump(content, f, indent=1)
     os.replace(path + ".tmp", path)
-  return path
+  return content
+
+
+def _label(overrides: dict[str, Any]) -> str:
+  return " ".join(f"{k}={v}" for k, v in overrides.items()) or "(no hyper-parameter)"
+
+
+def format_table(content: dict[str, Any]) -> str:
+  """A plain-text view of `sweep.json`'s content: per hyper-parameter setting, the mean ± std
+  over its seeds of accuracy and ECE on val and test (and test ECE after temperature scaling),
+  then the best members on validation."""
+  columns = (("val", "accuracy", "val acc"), ("val", "ece", "val ECE"),
+             ("test", "accuracy", "test acc"), ("test", "ece", "test ECE"),
+             ("test", "ece_ts", "test ECE (T)"))
+  labels = [_label(entry["overrides"]) for entry in content["settings"]]
+  width = max(len("setting"), *map(len, labels))
+  lines = [f"{'setting':<{width}}  seeds" + "".join(f"  {title:>15}" for *_, title in columns)]
+  for label, entry in zip(labels, content["settings"]):
+    cells = "".join(f"  {entry[split][key]['mean']:>7.4f} ± {entry[split][key]['std']:.4f}"
+                    .rjust(17) for split, key, _ in columns)
+    lines.append(f"{label:<{width}}  {len(entry['seeds']):>5}{cells}")
+  best = content["best"]
+  lines.append(
+      "best on validation: accuracy member "
+      f"{best['val_accuracy']['member']} ({_label(best['val_accuracy']['overrides'])}), "
+      f"ECE member {best['val_ece']['member']} ({_label(best['val_ece']['overrides'])})")
+  return "\n".join(lines)
 
 
 def read(workdir: str) -> dict[str, Any]:

@@ -87,6 +87,14 @@ def _report_skipped(checkpointer: checkpoint_lib.Checkpointer, step: int) -> Non
                f"{os.path.dirname(moved[0])}")
 
 
+def _member_label(tags: dict[str, Any]) -> str:
+  """' member 3 (loss_kwargs.margin=10.0 seed=0)' for a sweep's member; '' for a single run."""
+  if "member" not in tags:
+    return ""
+  return f" member {tags['member']} (" + " ".join(
+      f"{k}={v}" for k, v in tags.get("overrides", {}).items()) + ")"
+
+
 def _eval_interval(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
   if config.eval_every_steps == -1:
     return steps_per_epoch
@@ -141,7 +149,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     if config.progress_bar and jax.process_index() == 0:
       print(f"Already trained for {start_step} steps; nothing to do.", flush=True)
     checkpointer.close()
-    trainee.finish(state, workdir, only_if_missing=True)  # e.g. a sweep stopped while writing
+    lines = trainee.finish(state, workdir, only_if_missing=True)  # e.g. a sweep stopped writing
+    if config.progress_bar and jax.process_index() == 0 and lines:
+      print("\n".join(lines), flush=True)
     return state
 
   try:
@@ -151,6 +161,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     raise
   writer = log_lib.MetricWriter(workdir, tensorboard=config.tensorboard)
   progress = log_lib.ProgressBar(total_steps, start_step) if config.progress_bar else None
+
+  def say(line: str) -> None:  # to the log, and above the progress bar
+    logging.info("%s", line)
+    if progress is not None:
+      progress.write(line)
+
   eval_every = _eval_interval(config, steps_per_epoch)
   stop_at = total_steps
   if config.stop_after_steps > 0:
@@ -219,11 +235,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       if eval_now:
         for tags, val in trainee.validate(state):
           writer.write(done, "val", val, tags=tags)
-          who = "".join(f" member {v}" for k, v in tags.items() if k == "member")
-          line = f"step {done}{who} val " + " ".join(f"{k}={v:.4f}" for k, v in val.items())
-          logging.info("%s", line)
-          if progress is not None:
-            progress.write(line)
+          say(f"step {done}{_member_label(tags)} val "
+              + " ".join(f"{k}={v:.4f}" for k, v in val.items()))
       if save_now:
         checkpointer.save(done, state, _checkpoint_meta(done, steps_per_epoch))
       if preempted:
@@ -231,7 +244,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     final = int(np.max(jax.device_get(state.step)))
     checkpointer.save(final, state, _checkpoint_meta(final, steps_per_epoch))
     if final >= total_steps:
-      trainee.finish(state, workdir, only_if_missing=False)
+      for line in trainee.finish(state, workdir, only_if_missing=False):
+        say(line)
   finally:
     batches.close()
     watch.__exit__()

@@ -14,7 +14,8 @@ metrics, logging, validation, checkpoints, preemption. What it trains decides th
   run) with a non-finite loss or gradient;
 * `validate(state)`: the validation rows;
 * `finish(state, workdir, only_if_missing)`: what a run writes at its end (a sweep's
-  `sweep.json`; with `only_if_missing`, only if it is not there yet).
+  `sweep.json`; with `only_if_missing`, only if it is not there yet); returns lines for the
+  console (a sweep's table of results).
 """
 from collections.abc import Iterator
 from typing import Any, Mapping
@@ -114,5 +115,7 @@ class SingleRun:
   def validate(self, state: state_lib.TrainState) -> list[Record]:
     return [({}, self._validator.run(state.variables()))]
 
-  def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool) -> None:
+  def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool
+             ) -> list[str]:
     del state, workdir, only_if_missing
+    return []

@@ -206,6 +206,15 @@ def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
   member = summary.read(workdir)["members"][2]
   assert results["pre_temperature"]["ece"] == pytest.approx(member["val"]["ece"], abs=1e-5)
   assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "val", 2), "metrics.json"))
+  # eval.py --member=all ends with the members side by side (`format_members`).
+  other = {**results, "member": 3, "overrides": {"loss_kwargs.margin": 10.0, "seed": 1}}
+  table = evaluation.format_members([results, other]).splitlines()
+  assert table[0] == "2 members on val:" and table[1].split()[:2] == ["member", "overrides"]
+  pre = results["pre_temperature"]
+  assert table[2].split() == ["2", "loss_kwargs.margin=10.0", "seed=0", f"{pre['accuracy']:.4f}",
+                              f"{pre['ece']:.4f}", f"{results['post_temperature']['ece']:.4f}",
+                              f"{pre['nll']:.4f}", f"{results['selective']['msp']['aurc']:.4f}"]
+  assert table[3].split()[:3] == ["3", "loss_kwargs.margin=10.0", "seed=1"]
   with pytest.raises(ValueError, match="is a sweep of 4 members"):
     evaluation.evaluate_run(config, workdir, split="val")
   with pytest.raises(ValueError, match=r"member=4 is out of range: the sweep has 4 members"):

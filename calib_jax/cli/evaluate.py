@@ -81,10 +81,14 @@ def main(argv: list[str]) -> None:
   if _BOOTSTRAP.value is not None:
     config.eval.bootstrap_samples = _BOOTSTRAP.value
   try:
+    evaluated = []
     for member in _members(config):
       results = evaluation.evaluate_run(config, workdir, split=_SPLIT.value, step=_STEP.value,
                                         weights=_WEIGHTS.value, member=member)
       print(evaluation.format_table(results) + ("\n" if member is not None else ""))
+      evaluated.append(results)
+    if len(evaluated) > 1:  # a sweep's members side by side
+      print(evaluation.format_members(evaluated))
   except (ConfigError, WeightFileError, checkpoint.UnreadableCheckpointError, DataError,
           FileNotFoundError, reporting.WorkdirError, ValueError) as e:
     logging.error("%s", e)

@@ -6,13 +6,14 @@
 Modules: `validation` (`ValidationEvaluator`, the training loop's; accumulators and the `eval`
 settings' checks), `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
 `maps` (`MapReport`: class activation and confidence maps), `run` (`evaluate_run`,
-`format_table`).
+`format_table`, `format_members`).
 """
 import importlib
 
 _LAZY = {
     "evaluate_run": ("calib_jax.evaluation.run", "evaluate_run"),
     "format_table": ("calib_jax.evaluation.run", "format_table"),
+    "format_members": ("calib_jax.evaluation.run", "format_members"),
     "eval_dir": ("calib_jax.evaluation.run", "eval_dir"),
     "CalibrationReport": ("calib_jax.evaluation.report", "CalibrationReport"),
     "MapReport": ("calib_jax.evaluation.maps", "MapReport"),

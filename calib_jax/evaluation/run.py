@@ -163,3 +163,19 @@ def format_table(results: dict[str, Any]) -> str:
                   f"{ctx['average_confidence']:.4f} (uniform {ctx['uniform_confidence']:.4f}), "
                   f"mean entropy {ctx['mean_entropy']:.4f}"]
   return "\n".join(lines + maps.format_lines(results) + toolkit.format_lines(results))
+
+
+def format_members(all_results: list[dict[str, Any]]) -> str:
+  """One line per evaluated sweep member (`evaluate_run(..., member=i)` results): its
+  overrides, accuracy, ECE before and after temperature scaling, NLL and the MSP's AURC, so
+  that `eval.py --member=all` ends with the members side by side."""
+  labels = [" ".join(f"{k}={v}" for k, v in r["overrides"].items()) for r in all_results]
+  width = max(len("overrides"), *map(len, labels))
+  lines = [f"{'member':>6}  {'overrides':<{width}}{'acc':>8}{'ECE':>8}{'ECE (T)':>9}"
+           f"{'NLL':>8}{'AURC':>8}"]
+  for label, r in zip(labels, all_results):
+    pre, post = r["pre_temperature"], r["post_temperature"]
+    lines.append(f"{r['member']:>6}  {label:<{width}}{pre['accuracy']:>8.4f}{pre['ece']:>8.4f}"
+                 f"{post['ece']:>9.4f}{pre['nll']:>8.4f}{r['selective']['msp']['aurc']:>8.4f}")
+  split = all_results[0]["split"]
+  return f"{len(all_results)} members on {split}:\n" + "\n".join(lines)

@@ -275,12 +275,20 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
     _write(sweeps_dir, "final,ce", seed, accuracy=0.9, ece=0.05, seconds=60.0,
            sweep={"text": "seed=0,1", "member": seed, "members": 2, "variant": "final,ce"})
   _write(sequential_dir, "final,ce", 0, accuracy=0.91, ece=0.05, seconds=100.0)
+  _write(sequential_dir, "pooled,ce,0", 0, accuracy=0.91, ece=0.05, seconds=9999.0)  # a check
   lines = report.sweep_notes(str(sweeps_dir), str(sequential_dir))
   assert "| `final,ce` [seed=0,1] | 2 | 2.0 | – | 1 of 2 run | – | 1.0e-02, 0.0e+00 |" in lines
   assert f"| `tune,lr` [{text}] | 7 | 7.0 | 2.5 | 14.0 | 2.00x | 0.0e+00, 1.0e-01 |" in lines
   assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | – | 0 of 1 run | – | – |" in lines
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)
   assert "- LR: acc 0.1 (the same); ece 0.3 (sequential: 0.2)." in lines
+  # The whole protocol at the median minutes per member-run: 33 tuning runs (1.0 against 2.0
+  # min) and 6 known final rows x 10 seeds (1.0 against 100 s; the pooled check left out).
+  whole = next(l for l in lines if l.startswith("Median per member-run"))
+  assert "tuning 1.0 min per member-run (7 so far) against 2.0 min per run (7 runs), 2.00x" in whole
+  assert "final 1.0 min per member-run (3 so far) against 1.7 min per run (1 runs), 1.67x" in whole
+  assert whole.endswith("(93 member-runs: 33 tuning, 60 final) at these rates: 1.6 h as sweeps "
+                        "against 2.8 h as sequential runs (1.78x).")
   assert report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 
 from studies.lr_table1 import config as study_config
 from studies.lr_table1.claims import verdict_table
@@ -194,7 +195,58 @@ def _sweeps_of(out_dir: str) -> dict[tuple[str, str], list[tuple[str, int, Summa
   return found
 
 
-def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR) -> list[str]:
+def _phase(variant: str) -> str | None:
+  """'tuning' or 'final' for a table run's variant; None for a check (pooled, keras_init)."""
+  head = variant.split(",")[0]
+  return {"tune": "tuning", "final": "final", "final_ts": "final"}.get(head)
+
+
+def _sequential_minutes(sequential_dir: str) -> dict[str, list[float]]:
+  """Each phase's run times (minutes) in the sequential study's summaries."""
+  found: dict[str, list[float]] = {"tuning": [], "final": []}
+  folder = os.path.join(sequential_dir, SUMMARY_FOLDER)
+  for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+    for file in sorted(os.listdir(os.path.join(folder, name))):
+      with open(os.path.join(folder, name, file)) as f:
+        summary = json.load(f)
+      phase = _phase(name.replace("_", ",", 1))  # a folder is its variant, "," written "_"
+      if phase and "diverged" not in summary and "seconds" in summary:
+        found[phase].append(summary["seconds"] / 60)
+  return found
+
+
+def per_run_note(groups: dict, sequential_dir: str, num_seeds: int) -> list[str]:
+  """The whole study's time: each phase's median minutes per member-run over every sweep so far
+  against per run of the sequential study, and the whole protocol (every grid value, every
+  final row on `num_seeds` seeds) at each of those rates. The median, because both studies ran
+  under whatever else the machine did (one sweep's wall time includes a 51-minute pause for
+  idle measurements), which a mean would carry into the whole."""
+  ours: dict[str, list[float]] = {"tuning": [], "final": []}
+  for members in groups.values():
+    for variant, _, summary in members:
+      ours[_phase(variant)].append(summary["seconds"] / 60)
+  theirs = _sequential_minutes(sequential_dir)
+  counts = {"tuning": sum(len(grid) for _, grid in study_config.GRIDS.values()),
+            "final": len(final_rows(sequential_dir)) * num_seeds}
+  cells, whole_ours, whole_theirs = [], 0.0, 0.0
+  for phase in ("tuning", "final"):
+    if not ours[phase] or not theirs[phase]:
+      return []
+    a, b = statistics.median(ours[phase]), statistics.median(theirs[phase])
+    cells.append(f"{phase} {a:.1f} min per member-run ({len(ours[phase])} so far) against "
+                 f"{b:.1f} min per run ({len(theirs[phase])} runs), {b / a:.2f}x")
+    whole_ours, whole_theirs = whole_ours + counts[phase] * a, whole_theirs + counts[phase] * b
+  total = sum(counts.values())
+  return ["", f"Median per member-run, every sweep so far against every sequential run "
+              f"(both under the loads of their sessions): "
+              f"{'; '.join(cells)}. The whole protocol with {num_seeds} seeds ({total} "
+              f"member-runs: {counts['tuning']} tuning, {counts['final']} final) at these "
+              f"rates: {whole_ours / 60:.1f} h as sweeps against {whole_theirs / 60:.1f} h as "
+              f"sequential runs ({whole_theirs / whole_ours:.2f}x)."]
+
+
+def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR,
+                num_seeds: int = 10) -> list[str]:
   """For a study run as sweeps: each sweep's wall time against the sequential study's runs of
   the same variants and seeds (their summaries' `seconds`), and whether each tuned loss selects
   the values the sequential study selected. Empty when no summary comes from a sweep."""
@@ -233,6 +285,7 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR) -> list[str]
     lines += ["", f"Where both exist: {total_sweep / 3600:.2f} h as sweeps against "
                   f"{total_sequential / 3600:.2f} h as sequential runs "
                   f"({total_sequential / total_sweep:.2f}x)."]
+  lines += per_run_note(groups, sequential_dir, num_seeds)
   lines += ["", "A member equals its single run to float32 rounding, not always bit for bit: "
                 "where the loss's hyper-parameter is a traced float32 in the sweep but a Python "
                 "constant folded at compile time in the single run, the arithmetic can differ in "
@@ -279,7 +332,8 @@ def update_readme(path: str, out_dir: str, seeds: list[int]) -> None:
 
 
 def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
-  sweeps = sweep_notes(out_dir)  # empty unless the summaries come from sweeps
+  # Empty unless the summaries come from sweeps.
+  sweeps = sweep_notes(out_dir, num_seeds=len(seeds))
   command = ("python -m studies.lr_table1 --sweeps --seeds=0,1,2,3,4,5,6,7,8,9 "
              "--out_dir=docs/results/lr_table1_sweeps --max_members=5" if sweeps
              else "python -m studies.lr_table1 --out_dir=docs/results --readme=README.md")

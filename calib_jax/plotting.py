@@ -1,6 +1,7 @@
 """Reliability diagrams (binned and smoothed) and risk–coverage plots (matplotlib, Agg backend,
 PNG files)."""
 import os
+import textwrap
 from typing import Mapping, Optional, Sequence, Tuple
 
 import matplotlib
@@ -85,8 +86,8 @@ def reliability_diagrams(models: Mapping[str, Tuple[object, object]], path: str,
                            gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
   for col, (name, (probs, labels)) in enumerate(models.items()):
     _draw_reliability(axes[0, col], axes[1, col], probs, labels, num_bins, name)
-  if title:
-    fig.suptitle(title)
+  if title:  # wrapped to the figure's width: one column is narrower than a long title
+    fig.suptitle(textwrap.fill(title, width=int(11 * 4.5 * cols)))
   fig.tight_layout()
   return save_png(fig, path)
 

@@ -56,3 +56,21 @@ def test_smooth_reliability_diagram(tmp_path):
   _check_png(path)
   with pytest.raises(ValueError, match="bandwidth"):
     plotting.smooth_reliability_diagram(probs, labels, str(tmp_path / "x.png"), bandwidth=2.0)
+
+
+def test_a_long_title_wraps_to_a_single_columns_width(tmp_path, monkeypatch):
+  """One reliability column is 4.5 in wide; a longer title is wrapped, not cut at the edges."""
+  titles, save = [], plotting.save_png
+
+  def save_noting_the_title(fig, path):
+    titles.append(fig._suptitle.get_text())
+    return save(fig, path)
+  monkeypatch.setattr(plotting, "save_png", save_noting_the_title)
+  rng = np.random.default_rng(0)
+  probs, labels = rng.dirichlet(np.ones(10), 50), rng.integers(0, 10, 50)
+  title = "Fashion-MNIST test, seed 0, before temperature scaling"
+  plotting.reliability_diagrams({"CE": (probs, labels)}, str(tmp_path / "one.png"), title=title)
+  plotting.reliability_diagrams({"CE": (probs, labels), "LS": (probs, labels)},
+                                str(tmp_path / "two.png"), title=title)
+  assert "\n" in titles[0] and titles[0].replace("\n", " ") == title
+  assert titles[1] == title

@@ -140,8 +140,7 @@ def format_table(results: dict[str, Any]) -> str:
   """A plain-text summary of `evaluate_run`'s results: PreT/PosT metrics and selective scores."""
   pre, post = results["pre_temperature"], results["post_temperature"]
   fit = results["fit"]
-  who = (f"member {results['member']} ("
-         + " ".join(f"{k}={v}" for k, v in results["overrides"].items()) + ") — "
+  who = (f"member {results['member']} ({sweep_lib.overrides_label(results['overrides'])}) — "
          if "member" in results else "")
   lines = [f"{who}{results['dataset']} / {results['model']} / {results['loss']} — split "
            f"{results['split']}, "
@@ -169,7 +168,7 @@ def format_members(all_results: list[dict[str, Any]]) -> str:
   """One line per evaluated sweep member (`evaluate_run(..., member=i)` results): its
   overrides, accuracy, ECE before and after temperature scaling, NLL and the MSP's AURC, so
   that `eval.py --member=all` ends with the members side by side."""
-  labels = [" ".join(f"{k}={v}" for k, v in r["overrides"].items()) for r in all_results]
+  labels = [sweep_lib.overrides_label(r["overrides"]) for r in all_results]
   width = max(len("overrides"), *map(len, labels))
   lines = [f"{'member':>6}  {'overrides':<{width}}{'acc':>8}{'ECE':>8}{'ECE (T)':>9}"
            f"{'NLL':>8}{'AURC':>8}"]

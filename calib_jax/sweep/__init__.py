@@ -12,7 +12,8 @@ See docs/training.md, "Sweeps".
 import importlib
 
 from calib_jax.sweep import spec
-from calib_jax.sweep.spec import member_config, parse, Sweep, SweepError, sweep_problems
+from calib_jax.sweep.spec import (member_config, overrides_label, parse, Sweep, SweepError,
+                                  sweep_problems)
 
 _LAZY = {"Population": ("calib_jax.sweep.population", "Population"),
          "summary": ("calib_jax.sweep.summary", None)}
@@ -26,5 +27,5 @@ def __getattr__(name):
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["spec", "member_config", "parse", "Sweep", "SweepError", "sweep_problems",
-           "Population", "summary"]
+__all__ = ["spec", "member_config", "overrides_label", "parse", "Sweep", "SweepError",
+           "sweep_problems", "Population", "summary"]

@@ -57,7 +57,13 @@ class Sweep:
 
   def label(self, index: int) -> str:
     """Member `index` as `field=value` pairs, e.g. `loss_kwargs.margin=5.0 seed=1`."""
-    return " ".join(f"{k}={v}" for k, v in self.members[index].items())
+    return overrides_label(self.members[index])
+
+
+def overrides_label(overrides: dict[str, Any]) -> str:
+  """A member's (or a setting's) overrides as `field=value` pairs, e.g.
+  `loss_kwargs.margin=5.0 seed=1`; the one way a member is named on the console."""
+  return " ".join(f"{k}={v}" for k, v in overrides.items())
 
 
 def _loss_specs(loss: str) -> dict[str, Any]:

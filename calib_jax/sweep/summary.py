@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from calib_jax import metrics, posthoc
+from calib_jax.sweep import spec
 
 SWEEP_FILE = "sweep.json"
 REPORTED = ("accuracy", "ece", "nll", "ece_ts", "nll_ts")
@@ -110,7 +111,7 @@ def write(workdir: str, sweep: Any, results: list[dict[str, dict[str, float]]]
 
 
 def _label(overrides: dict[str, Any]) -> str:
-  return " ".join(f"{k}={v}" for k, v in overrides.items()) or "(no hyper-parameter)"
+  return spec.overrides_label(overrides) or "(no hyper-parameter)"
 
 
 def format_table(content: dict[str, Any]) -> str:

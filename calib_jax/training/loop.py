@@ -91,8 +91,7 @@ def _member_label(tags: dict[str, Any]) -> str:
   """' member 3 (loss_kwargs.margin=10.0 seed=0)' for a sweep's member; '' for a single run."""
   if "member" not in tags:
     return ""
-  return f" member {tags['member']} (" + " ".join(
-      f"{k}={v}" for k, v in tags.get("overrides", {}).items()) + ")"
+  return f" member {tags['member']} ({sweep_lib.overrides_label(tags.get('overrides', {}))})"
 
 
 def _eval_interval(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:

@@ -228,8 +228,8 @@ def test_the_command_line_rewrites_the_report_from_the_summaries(tmp_path):
 
 def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seeds(tmp_path):
   """`sweeps.sweep_plan`: a tuning grid is one sweep over its values (done values left out),
-  every grid before the final rows; with `max_members`, a final row's seeds come in sweeps of at most that many, the next sweep
-  taking the first seeds without a summary."""
+  every grid before the final rows; with `max_members`, a final row's seeds come in sweeps of
+  at most that many, the next sweep taking the first seeds without a summary."""
   from studies.lr_table1 import sweeps
   seeds = list(range(10))
   plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=4)

@@ -178,20 +178,25 @@ SEQUENTIAL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "docs", "results")
 
 
-def _sweeps_of(out_dir: str) -> dict[tuple[str, str], list[tuple[str, int, Summary]]]:
-  """The summaries written by sweeps, grouped by sweep: `(first variant, text)` -> members."""
-  found: dict[tuple[str, str], list[tuple[str, int, Summary]]] = {}
+def _stored_summaries(out_dir: str):
+  """Every summary file under `out_dir`: `(folder, seed, summary)`, the folder being the
+  variant with "," written "_" (`summaries.summary_path`)."""
   folder = os.path.join(out_dir, SUMMARY_FOLDER)
   for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
     for file in sorted(os.listdir(os.path.join(folder, name))):
-      seed = int(file.removeprefix("seed").removesuffix(".json"))
       with open(os.path.join(folder, name, file)) as f:
-        summary = json.load(f)
-      if "sweep" not in summary or "diverged" in summary:
-        continue
-      variant = summary["sweep"]["variant"]
-      row = ",".join(variant.split(",")[:2]) if variant.startswith("tune,") else variant
-      found.setdefault((row, summary["sweep"]["text"]), []).append((variant, seed, summary))
+        yield name, int(file.removeprefix("seed").removesuffix(".json")), json.load(f)
+
+
+def _sweeps_of(out_dir: str) -> dict[tuple[str, str], list[tuple[str, int, Summary]]]:
+  """The summaries written by sweeps, grouped by sweep: `(first variant, text)` -> members."""
+  found: dict[tuple[str, str], list[tuple[str, int, Summary]]] = {}
+  for _, seed, summary in _stored_summaries(out_dir):
+    if "sweep" not in summary or "diverged" in summary:
+      continue
+    variant = summary["sweep"]["variant"]
+    row = ",".join(variant.split(",")[:2]) if variant.startswith("tune,") else variant
+    found.setdefault((row, summary["sweep"]["text"]), []).append((variant, seed, summary))
   return found
 
 
@@ -204,23 +209,17 @@ def _phase(variant: str) -> str | None:
 def _sequential_minutes(sequential_dir: str) -> dict[str, list[float]]:
   """Each phase's run times (minutes) in the sequential study's summaries."""
   found: dict[str, list[float]] = {"tuning": [], "final": []}
-  folder = os.path.join(sequential_dir, SUMMARY_FOLDER)
-  for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-    for file in sorted(os.listdir(os.path.join(folder, name))):
-      with open(os.path.join(folder, name, file)) as f:
-        summary = json.load(f)
-      phase = _phase(name.replace("_", ",", 1))  # a folder is its variant, "," written "_"
-      if phase and "diverged" not in summary and "seconds" in summary:
-        found[phase].append(summary["seconds"] / 60)
+  for name, _, summary in _stored_summaries(sequential_dir):
+    phase = _phase(name.replace("_", ",", 1))  # only the first "_" matters to the phase
+    if phase and "diverged" not in summary and "seconds" in summary:
+      found[phase].append(summary["seconds"] / 60)
   return found
 
 
 def per_run_note(groups: dict, sequential_dir: str, num_seeds: int) -> list[str]:
-  """The whole study's time: each phase's median minutes per member-run over every sweep so far
-  against per run of the sequential study, and the whole protocol (every grid value, every
-  final row on `num_seeds` seeds) at each of those rates. The median, because both studies ran
-  under whatever else the machine did (one sweep's wall time includes a 51-minute pause for
-  idle measurements), which a mean would carry into the whole."""
+  """The whole protocol's time (every grid value, every final row on `num_seeds` seeds) at each
+  phase's median minutes per member-run, sweeps against sequential runs: the median, as both
+  ran beside other work (one sweep holds a 51-minute pause) that a mean would carry along."""
   ours: dict[str, list[float]] = {"tuning": [], "final": []}
   for members in groups.values():
     for variant, _, summary in members:

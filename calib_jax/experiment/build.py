@@ -180,7 +180,9 @@ def build(config: ml_collections.ConfigDict, *,
   problems = checks.config_problems(config, num_devices // member_shards) + problems
   loss_fn = meta = data_recipe = recipe = model = None
   try:
-    loss_fn = losses.get(config.loss, **config.loss_kwargs.to_dict())
+    # Real hyper-parameters hidden from the compiler, as a sweep's traced ones are: a single
+    # run's step is then its sweep member's, bit for bit (`losses.traced`).
+    loss_fn = losses.traced(config.loss, **config.loss_kwargs.to_dict())()
   except (ValueError, TypeError) as e:
     problems.append(str(e))
   try:

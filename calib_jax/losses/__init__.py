@@ -96,6 +96,14 @@ def traced(name: str, **hparams: Any) -> Callable[..., LossFn]:
   `hparams` are checked as in `get` and fix the others; `bind`'s values are not checked (they
   may be tracers), so check them first with `check_hparam`. A `Choice` hyper-parameter (a
   string that picks the formula) cannot be bound: it changes the program.
+
+  Every real hyper-parameter of the returned loss, bound or fixed, reaches the formula through
+  `jax.lax.optimization_barrier`: the compiler sees an opaque float32 scalar, never its value.
+  With a value it can see, XLA specialises the program (e.g. `p ** 2.0` becomes `p * p`) and
+  rounds differently from the same step with a traced value, and over thousands of steps that
+  last-bit difference grows to the seed-to-seed spread. So `bind()` with no values is the loss
+  of a single training run (`experiment.build`) whose compiled step does the arithmetic of a
+  sweep member with the same values, bit for bit on CPU; `get` leaves the values visible.
   """
   definition = _lookup(name)
   checked = dict(get(name, **hparams).keywords["hparams"])
@@ -105,9 +113,19 @@ def traced(name: str, **hparams: Any) -> Callable[..., LossFn]:
       if not isinstance(definition.hparams.get(key), Real):
         raise ValueError(f"loss {name!r}: {key!r} is not a real hyper-parameter of it (real "
                          f"ones: {sorted(real_hparams(name)) or 'none'})")
-    return functools.partial(_apply, name, definition, hparams={**checked, **values})
+    return functools.partial(_apply_opaque, name, definition, hparams={**checked, **values})
 
   return bind
+
+
+def _apply_opaque(name: str, definition: _LossDef, logits, labels, *,
+                  hparams: Mapping[str, Any], **inputs) -> jax.Array:
+  """`_apply` with each real hyper-parameter hidden from the compiler (see `traced`); the
+  barrier is applied here, at trace time, so a value fixed in Python is a runtime scalar."""
+  hidden = {k: (jax.lax.optimization_barrier(jnp.asarray(v, jnp.float32))
+                if isinstance(definition.hparams.get(k), Real) else v)
+            for k, v in hparams.items()}
+  return _apply(name, definition, logits, labels, hparams=hidden, **inputs)
 
 
 def hparam_specs(name: str) -> dict[str, Real | Choice]:

@@ -244,6 +244,27 @@ def per_run_note(groups: dict, sequential_dir: str, num_seeds: int) -> list[str]
               f"sequential runs ({whole_theirs / whole_ours:.2f}x)."]
 
 
+# Measured with scratch scripts on this recipe (docs/training.md, "Each member is ...").
+DRIFT_NOTE = (
+    "Why FL and LS members differ from their sequential runs: those runs were trained when a "
+    "single run's loss hyper-parameter was a Python constant that XLA specialised the compiled "
+    "step on (e.g. `p ** 2.0` -> `p * p`), while a sweep traces it, so the arithmetic differed in "
+    "the last bit. SGD amplifies that: FL, gamma 2, largest parameter difference 7e-9 after 1 "
+    "step, 1.2e-7 after 150, then 1.7e-3 after 175 and 8e-3 after 200 (as a ReLU unit near zero "
+    "switching sign would do). After some 40,000 steps the two agree only as two runs that differ "
+    "in the last bit do, about the seed-to-seed spread (LS: accuracy 2e-3, ECE 3e-3; FL: 4e-3, "
+    "4e-3), while LR's, CP's and MbLS's members equal their sequential runs exactly. A selection "
+    "can then change where grid values are that close (LS for accuracy: 0.1-0.4 lie within 0.003 "
+    "of each other in both studies; FL: gamma 2 against 0.5 for accuracy within 0.006, 3.5 "
+    "against 5 for ECE within 0.0013), and FL's decides a claim: with gamma 2, FL (acc.) has a "
+    "lower ECE than LR (acc.); the sequential study's gamma 0.5 had 0.072 ± 0.001 (3 seeds), "
+    "above LR's. Since then a single run's hyper-parameters reach its step as opaque scalars "
+    "(`losses.traced`), and a member equals its single run bit for bit (200 steps of this recipe "
+    "with FL gamma 2 and 5, LS epsilon 0.05 and 0.2, LR alpha 0.1 and 0.3: largest parameter "
+    "difference 0.0). This study's sweeps all run code from before that change (its last ones "
+    "at commit 31b5a2a), so a row's seeds are one program's; the sequential runs stay as made.")
+
+
 def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR,
                 num_seeds: int = 10) -> list[str]:
   """For a study run as sweeps: each sweep's wall time against the sequential study's runs of
@@ -285,24 +306,7 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR,
                   f"{total_sequential / 3600:.2f} h as sequential runs "
                   f"({total_sequential / total_sweep:.2f}x)."]
   lines += per_run_note(groups, sequential_dir, num_seeds)
-  lines += ["", "A member equals its single run to float32 rounding, not always bit for bit: "
-                "where the loss's hyper-parameter is a traced float32 in the sweep but a Python "
-                "constant folded at compile time in the single run, the arithmetic can differ in "
-                "the last bit. Measured on a batch of 64: LS's first gradients differ by at most "
-                "9.3e-10 for epsilon in {0.025, 0.05, 0.1, 0.2} and are identical for 0.01; LR's "
-                "are identical for every alpha. FL's loss gradients alone are identical for every "
-                "gamma (20 random batches), yet inside the whole compiled step its parameters "
-                "differ by 7e-9 after one step. SGD amplifies such a last-bit difference: FL, "
-                "gamma 2, on this recipe, largest parameter difference 7e-9 after 1 step, still "
-                "1.2e-7 after 150, then 1.7e-3 after 175 and 8e-3 after 200 (a jump such as a "
-                "ReLU unit near zero switching sign would cause; not traced further; gamma 5: "
-                "1e-7 after 200). After 39,000 steps the two runs agree "
-                "only as two runs that differ in the last bit do: the largest differences above "
-                "(LS: accuracy 2e-3, ECE 3e-3; FL: 4e-3, 4e-3), about the seed-to-seed spread, "
-                "while LR's members equal their sequential runs exactly. A selection can then "
-                "change where grid values are that close (LS for accuracy: its values 0.1-0.4 lie "
-                "within 0.003 of each other in both studies; FL: gamma 2 against 0.5 for accuracy "
-                "within 0.006, 3.5 against 5 for ECE within 0.0013).",
+  lines += ["", DRIFT_NOTE,
                 "", "Selections (seed 0 tuning) against the sequential study's:", ""]
   for loss in (*TUNED, "mbls"):
     ours, theirs = tuning_scores(out_dir, loss), tuning_scores(sequential_dir, loss)

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from studies.lr_table1 import claims, config as study_config, report, run, summaries
+from studies.lr_table1 import claims, config as study_config, report, run, summaries, sweep_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -256,7 +256,7 @@ def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seed
 
 
 def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential_study(tmp_path):
-  """`report.sweep_notes`: a finished sweep's wall time (its members' seconds added up) against
+  """`sweep_report.sweep_notes`: a finished sweep's wall time (its members' seconds added up) against
   the sequential runs of the same variants and seeds, and each tuned loss's selections."""
   sweeps_dir, sequential_dir = tmp_path / "sweeps", tmp_path / "sequential"
   grid = study_config.GRIDS["lr"][1]
@@ -276,7 +276,7 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
            sweep={"text": "seed=0,1", "member": seed, "members": 2, "variant": "final,ce"})
   _write(sequential_dir, "final,ce", 0, accuracy=0.91, ece=0.05, seconds=100.0)
   _write(sequential_dir, "pooled,ce,0", 0, accuracy=0.91, ece=0.05, seconds=9999.0)  # a check
-  lines = report.sweep_notes(str(sweeps_dir), str(sequential_dir))
+  lines = sweep_report.sweep_notes(str(sweeps_dir), str(sequential_dir))
   assert "| `final,ce` [seed=0,1] | 2 | 2.0 | – | 1 of 2 run | – | 1.0e-02, 0.0e+00 |" in lines
   assert f"| `tune,lr` [{text}] | 7 | 7.0 | 2.5 | 14.0 | 2.00x | 0.0e+00, 1.0e-01 |" in lines
   assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | – | 0 of 1 run | – | – |" in lines
@@ -289,7 +289,7 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   assert "final 1.0 min per member-run (3 so far) against 1.7 min per run (1 runs), 1.67x" in whole
   assert whole.endswith("(93 member-runs: 33 tuning, 60 final) at these rates: 1.6 h as sweeps "
                         "against 2.8 h as sequential runs (1.78x).")
-  assert report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
+  assert sweep_report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
 
 
 def test_a_resumed_sweep_reports_its_training_time_over_all_sessions(tmp_path, monkeypatch):

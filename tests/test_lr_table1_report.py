@@ -256,7 +256,7 @@ def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seed
 
 
 def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential_study(tmp_path):
-  """`sweep_report.sweep_notes`: a finished sweep's wall time (its members' seconds added up) against
+  """`sweep_notes`: a finished sweep's wall time (its members' seconds added up) against
   the sequential runs of the same variants and seeds, and each tuned loss's selections."""
   sweeps_dir, sequential_dir = tmp_path / "sweeps", tmp_path / "sequential"
   grid = study_config.GRIDS["lr"][1]

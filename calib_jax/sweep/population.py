@@ -131,9 +131,11 @@ class Population:
         weight_decay=values.get("optimizer.weight_decay"))
 
   def _loss(self, values: Mapping[str, Any]):
+    """The member's loss: its swept values bound, the config's others fixed; with none swept
+    (a seed sweep) the single run's loss (`experiment.build` binds no values either)."""
     loss_values = {f.split(".", 1)[1]: v for f, v in values.items()
                    if f.startswith("loss_kwargs.")}
-    return self._bind_loss(**loss_values) if loss_values else self.experiment.loss_fn
+    return self._bind_loss(**loss_values)
 
   def _member_values(self, index: int) -> dict[str, jax.Array]:
     return {f: jnp.asarray(v[index]) for f, v in self.values.items()}

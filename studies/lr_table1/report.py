@@ -10,7 +10,7 @@ import os
 
 from studies.lr_table1 import config as study_config
 from studies.lr_table1.claims import verdict_table
-from studies.lr_table1.summaries import (DISPLAY, PAPER, SPLIT_CHECKS, TUNED, final_rows,
+from studies.lr_table1.summaries import (DISPLAY, GRID_LOSSES, PAPER, SPLIT_CHECKS, final_rows,
                                          fmt_mean_std, load_summary, mean_std, row_label, rows,
                                          seed_summaries, split_check_rows, within_spread)
 from studies.lr_table1.sweep_report import sweep_notes
@@ -18,7 +18,7 @@ from studies.lr_table1.sweep_report import sweep_notes
 
 def tuning_table(out_dir: str) -> list[str]:
   lines = ["| loss | parameter | value | val acc | val ECE |", "|---|---|---|---:|---:|"]
-  for loss in (*TUNED, "mbls"):
+  for loss in GRID_LOSSES:
     name, grid = study_config.GRIDS[loss]
     for value in grid:
       s = load_summary(out_dir, f"tune,{loss},{value:g}", 0)

@@ -14,6 +14,8 @@ from typing import Any
 from studies.lr_table1 import config as study_config
 
 TUNED = ("ls", "ecp", "focal", "lr")
+# Every loss with a tuning grid (`config.GRIDS`), in the order the report lists them.
+GRID_LOSSES = (*TUNED, "mbls")
 SUMMARY_FOLDER = "lr_table1"  # under --out_dir: one summary JSON per run
 DISPLAY = {"ce": "CE", "ls": "LS", "ecp": "CP", "focal": "FL", "lr": "LR", "mbls": "MbLS",
            "acls": "ACLS"}

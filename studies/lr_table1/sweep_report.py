@@ -11,7 +11,7 @@ import os
 import statistics
 
 from studies.lr_table1 import config as study_config
-from studies.lr_table1.summaries import (DISPLAY, SUMMARY_FOLDER, TUNED, Summary, final_rows,
+from studies.lr_table1.summaries import (DISPLAY, GRID_LOSSES, SUMMARY_FOLDER, Summary, final_rows,
                                          load_summary, select, tuning_scores)
 
 
@@ -157,7 +157,7 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR,
   lines += per_run_note(groups, sequential_dir, num_seeds)
   lines += ["", DRIFT_NOTE,
                 "", "Selections (seed 0 tuning) against the sequential study's:", ""]
-  for loss in (*TUNED, "mbls"):
+  for loss in GRID_LOSSES:
     ours, theirs = tuning_scores(out_dir, loss), tuning_scores(sequential_dir, loss)
     if ours is None or theirs is None:
       continue

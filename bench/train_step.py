@@ -15,6 +15,7 @@ call (JAX: compilation, reported separately) and `--warmup` untimed steps.
 
 Needs torch (the `bench` extra) for the PyTorch column; without it only JAX is measured.
 """
+import contextlib
 import functools
 import json
 import os
@@ -52,6 +53,12 @@ _JAX_DTYPE = flags.DEFINE_enum("jax-dtype", "float32", ["float32", "bfloat16"],
                                "dtype of the JAX model's computation")
 _THREADS = flags.DEFINE_integer("threads", os.cpu_count(),
                                 "torch intra-op threads (XLA uses all cores)")
+_TORCH_DEVICE = flags.DEFINE_string("torch-device", "auto",
+                                    "torch device: auto (cuda when available, else cpu), cpu, cuda")
+_TORCH_DTYPE = flags.DEFINE_enum("torch-dtype", "float32", ["float32", "bfloat16"],
+                                 "torch computation dtype (bfloat16: torch.autocast, the usual "
+                                 "mixed precision; float32 allows TF32 as JAX's default "
+                                 "precision does on GPUs)")
 _TORCH_CHANNELS_LAST = flags.DEFINE_boolean("torch-channels-last", False,
                                             "run the torch model in channels-last memory format")
 _JSON = flags.DEFINE_string("json", None, "also write the results to this file")
@@ -191,14 +198,19 @@ def torch_models():
   return torch, {"resnet20": CifarResNet, "resnet50": ResNet50Cifar}
 
 
-def torch_runner(name, batch, threads, channels_last):
+def torch_runner(name, batch, threads, channels_last, device="cpu", dtype="float32"):
   """Builds the PyTorch twin; returns (run(steps) -> last loss, first-step s, params)."""
   torch, builders = torch_models()
   torch.set_num_threads(threads)
   torch.manual_seed(0)
-  model = builders[name]()
-  images = torch.randn(batch, 3, 32, 32)
-  labels = torch.randint(0, 10, (batch,))
+  if device == "cuda":  # cuDNN's algorithm search, and TF32 as JAX's default precision
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+  model = builders[name]().to(device)
+  images = torch.randn(batch, 3, 32, 32, device=device)
+  labels = torch.randint(0, 10, (batch,), device=device)
+  autocast = (torch.autocast(device_type=device, dtype=torch.bfloat16) if dtype == "bfloat16"
+              else contextlib.nullcontext())
   if channels_last:
     model = model.to(memory_format=torch.channels_last)
     images = images.contiguous(memory_format=torch.channels_last)
@@ -208,10 +220,11 @@ def torch_runner(name, batch, threads, channels_last):
   def run(steps):
     for _ in range(steps):
       optimizer.zero_grad(set_to_none=True)
-      loss = torch.nn.functional.cross_entropy(model(images), labels)
+      with autocast:
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
       loss.backward()
       optimizer.step()
-    return loss.item()  # synchronises (a no-op on CPU, where torch runs eagerly)
+    return loss.float().item()  # synchronises (a no-op on CPU, where torch runs eagerly)
 
   start = time.perf_counter()
   run(1)
@@ -239,9 +252,12 @@ def main(argv: list[str]) -> None:
   frameworks = [f for f in ("jax", "torch") if f in _FRAMEWORKS.value.split(",")]
   batch, jax_dtype, threads = _BATCH.value, _JAX_DTYPE.value, _THREADS.value
   channels_last = _TORCH_CHANNELS_LAST.value
+  torch_device, torch_dtype = _TORCH_DEVICE.value, _TORCH_DTYPE.value
   if "torch" in frameworks:
     try:
       import torch  # noqa: F401
+      if torch_device == "auto":
+        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
     except ImportError:
       print("torch is not installed: measuring JAX only", file=sys.stderr)
       frameworks.remove("torch")
@@ -262,10 +278,12 @@ def main(argv: list[str]) -> None:
       runners["jax"] = run
       row.update(jax_first_call_s=first, jax_params=count, jax_dtype=jax_dtype)
     if "torch" in frameworks:
-      run, first, count = torch_runner(name, batch, threads, channels_last)
+      run, first, count = torch_runner(name, batch, threads, channels_last, torch_device,
+                                       torch_dtype)
       runners["torch"] = run
       row.update(torch_first_call_s=first, torch_params=count, torch_threads=threads,
-                 torch_channels_last=channels_last)
+                 torch_channels_last=channels_last, torch_device=torch_device,
+                 torch_dtype=torch_dtype)
     if len(runners) == 2 and row["jax_params"] != row["torch_params"]:
       raise RuntimeError(f"{name}: JAX has {row['jax_params']} parameters, torch "
                          f"{row['torch_params']}; the models are not equivalent")
@@ -281,7 +299,7 @@ def main(argv: list[str]) -> None:
     for fw, runs in timings.items():
       median = statistics.median(runs)
       row[f"{fw}_s"], row[f"{fw}_runs"] = median, runs
-      label = f"{fw} ({jax_dtype if fw == 'jax' else 'float32'})"
+      label = f"{fw} ({jax_dtype if fw == 'jax' else torch_dtype})"
       print(f"{name:9s} {label:17s}: {median * 1e3:9.1f} ms/step ({batch / median:7.1f} "
             f"img/s)  first call {row[f'{fw}_first_call_s']:.1f} s  runs "
             f"{[round(t * 1e3, 1) for t in runs]}", flush=True)

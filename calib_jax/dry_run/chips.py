@@ -61,6 +61,10 @@ CHIPS: dict[str, Chip] = {c.name: c for c in (
          "a3-highgpu-8g: 208 vCPUs, 8 GPUs",
          "NVIDIA H100 Tensor Core GPU datasheet (SXM5: dense BF16 989.4 TFLOPS, TF32 494.7, "
          "80 GB HBM3 at 3.35 TB/s); https://www.nvidia.com/en-us/data-center/h100/"),
+    Chip("h200", "gpu", 989.4 * TERA, 494.7 * TERA, 141 * GB, 4800 * GB, 224 / 8,
+         "a3-ultragpu-8g: 224 vCPUs, 8 GPUs",
+         "NVIDIA H200 Tensor Core GPU datasheet (SXM: dense BF16 989.4 TFLOPS, TF32 494.7, "
+         "141 GB HBM3e at 4.8 TB/s); https://www.nvidia.com/en-us/data-center/h200/"),
     Chip("a100", "gpu", 312 * TERA, 156 * TERA, 80 * GB, 2039 * GB, 96 / 8,
          "a2-ultragpu-8g: 96 vCPUs, 8 GPUs",
          "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB: BF16 312 TFLOPS, TF32 156, "

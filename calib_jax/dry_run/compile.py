@@ -12,7 +12,8 @@ What the compiler reports per chip (`StepCompile`):
 * memory (`compiled.memory_analysis()`): arguments + temporaries + outputs - aliased (the
   donated state) bytes, the HBM the step needs;
 * FLOPs and HBM bytes (`compiled.cost_analysis()` on TPU). The GPU compiler gives no cost
-  analysis without a GPU, so there FLOPs come from the unoptimised program (global, divided by
+  analysis without a GPU, so for GPU targets (with a GPU too, so that `measure` compares a real
+  step with the same counts) FLOPs come from the unoptimised program (global, divided by
   the devices: the optimised module hides cuBLAS/cuDNN calls' FLOPs) and bytes from the
   optimised per-device module, both by XLA's HLO cost analysis (`_gpu_cost`).
 """
@@ -85,6 +86,11 @@ def _one_line(error: Exception) -> str:
 
 
 def _cost(compiled, lowered, topology: Topology) -> tuple[float | None, float | None]:
+  if topology.chip.kind == "gpu":  # the same counts on a real GPU as without one
+    try:
+      return _gpu_cost(compiled, lowered, topology)
+    except Exception:  # pylint: disable=broad-except
+      pass  # a JAX whose internals moved: the compiler's own analysis (with a GPU), or none
   cost = compiled.cost_analysis()
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else None
@@ -139,6 +145,13 @@ def compile_step(jitted: Callable, args: tuple, topology: Topology, name: str) -
   Raises:
     CompileError: any other compiler failure, in one line.
   """
+  return compile_executable(jitted, args, topology, name)[0]
+
+
+def compile_executable(jitted: Callable, args: tuple, topology: Topology, name: str
+                       ) -> tuple[StepCompile, Any]:
+  """`compile_step` and the compiled program (None when it ran out of HBM), which `measure`
+  runs on real chips."""
   start = time.monotonic()
   lowered = jitted.lower(*args)
   try:
@@ -147,7 +160,7 @@ def compile_step(jitted: Callable, args: tuple, topology: Topology, name: str) -
     text = str(e)
     if "RESOURCE_EXHAUSTED" in text:
       return StepCompile(fits=False, per_chip_bytes=_oom_bytes(text, args, topology),
-                         compile_seconds=time.monotonic() - start)
+                         compile_seconds=time.monotonic() - start), None
     raise CompileError(f"{topology.name}: the {name} step does not compile: "
                        f"{_one_line(e)}") from None
   seconds = time.monotonic() - start
@@ -160,7 +173,7 @@ def compile_step(jitted: Callable, args: tuple, topology: Topology, name: str) -
       argument_bytes=int(memory.argument_size_in_bytes),
       temp_bytes=int(memory.temp_size_in_bytes), output_bytes=int(memory.output_size_in_bytes),
       alias_bytes=int(memory.alias_size_in_bytes), flops=flops, bytes_accessed=bytes_accessed,
-      compile_seconds=seconds)
+      compile_seconds=seconds), compiled
 
 
 def check_batches(config: ml_collections.ConfigDict, topology: Topology) -> None:
@@ -198,6 +211,81 @@ def _abstract(tree: Any, sharding) -> Any:
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
+@dataclasses.dataclass
+class TrainProgram:
+  """A config's train step as the loop jits it, with abstract arguments, before compiling."""
+  experiment: Experiment
+  jitted: Callable
+  args: tuple
+  member_state: Any  # one member's abstract state (the eval step's variables)
+  members: int
+  num_train_examples: int
+
+
+def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
+                  num_train_examples: int | None = None, steps_per_call: int = 1
+                  ) -> TrainProgram:
+  """The config's train step for `topology`, jitted as the loop jits it, and its abstract
+  arguments: with `steps_per_call` k > 1 (or resident data, or a sweep) the k-step program of
+  `step.scan_steps` on a `[k, ...]` stack of batches, else one step. See `compile_config`."""
+  if steps_per_call < 1:
+    raise ValueError(f"steps_per_call={steps_per_call} must be >= 1")
+  config = config.copy_and_resolve_references()
+  config.pretrained = None
+  experiment = build_experiment(config, topology)
+  if num_train_examples is None:
+    num_train_examples = shapes.num_train_examples(config)
+  example = shapes.model_input(config)
+  # One zero example: model.init traces with it; no data is read.
+  experiment.data.assume(num_train_examples=num_train_examples,
+                         example_input=jnp.zeros(example.shape, example.dtype))
+  k = steps_per_call
+  batch_sharding = parallel.batch_sharded(experiment.mesh)
+  train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,
+                                      train=True)
+  members = 1
+  on_device = config.data.on_device
+  resident = (_abstract_resident(config, num_train_examples, experiment.mesh) if on_device
+              else None)
+  if on_device:  # positions of one step, `[1, batch]`; the examples are resident
+    train_batch = {"index": jax.ShapeDtypeStruct(
+        (1, config.data.batch_size), jnp.int32,
+        sharding=parallel.stacked_batch_sharded(experiment.mesh))}
+  if config.sweep:  # k steps of every member: the population's program.
+    population = sweep_lib.Population(experiment)
+    members, streams = population.size, len(population.stream_seeds)
+    state = population.abstract_state()
+    train_fn = population.jitted_multi_step()
+    stack_sharding = population.stack_sharding()
+    train_batch = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((k, streams, *x.shape[on_device:]), x.dtype,
+                                       sharding=stack_sharding), train_batch)
+    member_state = experiment.abstract_state()
+  else:
+    schedule, tx = experiment.optimizer()
+    state = member_state = experiment.abstract_state()
+    train_step = step_lib.make_train_step(
+        experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
+        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
+    if on_device:
+      train_fn = step_lib.jit_multi_step(
+          step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0),
+          experiment.mesh, resident=True)
+      train_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+          (k, *x.shape[1:]), x.dtype, sharding=x.sharding), train_batch)
+    elif k > 1:
+      train_fn = step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
+      stacked = parallel.stacked_batch_sharded(experiment.mesh)
+      train_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+          (k, *x.shape), x.dtype, sharding=stacked), train_batch)
+    else:
+      train_fn = step_lib.jit_train_step(train_step, experiment.mesh)
+  args = (state, resident, train_batch) if on_device else (state, train_batch)
+  return TrainProgram(experiment=experiment, jitted=train_fn, args=args,
+                      member_state=member_state, members=members,
+                      num_train_examples=num_train_examples)
+
+
 def compile_config(config: ml_collections.ConfigDict, topology: Topology, *,
                    num_train_examples: int | None = None,
                    eval_step: bool = True) -> Program:
@@ -214,55 +302,17 @@ def compile_config(config: ml_collections.ConfigDict, topology: Topology, *,
     ValueError: a batch that does not divide over the chips, an invalid config.
     CompileError: a step the compiler rejects.
   """
-  config = config.copy_and_resolve_references()
-  config.pretrained = None
-  experiment = build_experiment(config, topology)
-  if num_train_examples is None:
-    num_train_examples = shapes.num_train_examples(config)
-  example = shapes.model_input(config)
-  # One zero example: model.init traces with it; no data is read.
-  experiment.data.assume(num_train_examples=num_train_examples,
-                         example_input=jnp.zeros(example.shape, example.dtype))
-  length = experiment.length
-  batch_sharding = parallel.batch_sharded(experiment.mesh)
-  train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,
-                                      train=True)
-  members = 1
-  on_device = config.data.on_device
-  resident = (_abstract_resident(config, num_train_examples, experiment.mesh) if on_device
-              else None)
-  if on_device:  # positions of one step, `[1, batch]`; the examples are resident
-    train_batch = {"index": jax.ShapeDtypeStruct(
-        (1, config.data.batch_size), jnp.int32,
-        sharding=parallel.stacked_batch_sharded(experiment.mesh))}
-  if config.sweep:  # One step of every member: the population's program, k = 1.
-    population = sweep_lib.Population(experiment)
-    members, streams = population.size, len(population.stream_seeds)
-    state = population.abstract_state()
-    train_fn = population.jitted_multi_step()
-    stack_sharding = population.stack_sharding()
-    train_batch = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((1, streams, *x.shape[on_device:]), x.dtype,
-                                       sharding=stack_sharding), train_batch)
-    member_state = experiment.abstract_state()
-  else:
-    schedule, tx = experiment.optimizer()
-    state = member_state = experiment.abstract_state()
-    train_step = step_lib.make_train_step(
-        experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
-        crl_weight=config.crl_weight, steps_per_epoch=length.steps_per_epoch)
-    train_fn = (step_lib.jit_multi_step(
-        step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0),
-        experiment.mesh, resident=True) if on_device else
-                step_lib.jit_train_step(train_step, experiment.mesh))
-  args = (state, resident, train_batch) if on_device else (state, train_batch)
-  train = compile_step(train_fn, args, topology, "train")
+  program = train_program(config, topology, num_train_examples=num_train_examples)
+  experiment = program.experiment
+  train = compile_step(program.jitted, program.args, topology, "train")
   evaluation = None
   if eval_step:  # one member's (every member is the same program)
-    evaluation = compile_step(*_eval_program(experiment, member_state), topology, "eval")
-  return Program(train=train, eval=evaluation, num_train_examples=num_train_examples,
+    evaluation = compile_step(*_eval_program(experiment, program.member_state), topology,
+                              "eval")
+  length = experiment.length
+  return Program(train=train, eval=evaluation, num_train_examples=program.num_train_examples,
                  steps_per_epoch=length.steps_per_epoch, total_steps=length.total_steps,
-                 members=members)
+                 members=program.members)
 
 
 def _abstract_resident(config: ml_collections.ConfigDict, num_train_examples: int,

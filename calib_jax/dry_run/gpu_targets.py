@@ -12,6 +12,10 @@ _SPECS = {
     "h100": dict(major=9, minor=0, sms=132, clock_ghz=1.98, fpus_per_sm=128,
                  smem_per_sm=233_472, smem_per_block_optin=232_448, l2=52_428_800,
                  bandwidth=3_352_000_000_000, memory=81_559 * 2**20),
+    # The H100's processor (GH100: SMs, clocks, shared memory) with 141 GB of HBM3e at 4.8 TB/s.
+    "h200": dict(major=9, minor=0, sms=132, clock_ghz=1.98, fpus_per_sm=128,
+                 smem_per_sm=233_472, smem_per_block_optin=232_448, l2=52_428_800,
+                 bandwidth=4_800_000_000_000, memory=143_771 * 2**20),
     "a100": dict(major=8, minor=0, sms=108, clock_ghz=1.41, fpus_per_sm=64,
                  smem_per_sm=167_936, smem_per_block_optin=166_912, l2=41_943_040,
                  bandwidth=2_039_000_000_000, memory=81_920 * 2**20),
@@ -21,13 +25,15 @@ SOURCES = {
     "h100": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132 SMs, 128 FP32 "
             "cores/SM, 228 KB shared memory/SM, 50 MB L2) and H100 datasheet (80 GB HBM3, "
             "3.35 TB/s, 1.98 GHz boost)",
+    "h200": "NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; the H100 SXM5's GH100 processor, as "
+            "above); CUDA reports 143,771 MiB on an H200 SXM",
     "a100": "NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs, 64 FP32 cores/SM, "
             "164 KB shared memory/SM, 40 MB L2) and A100 80GB datasheet (2,039 GB/s)",
 }
 
 
 def target_config(gpu: str) -> str:
-  """The text-format GpuTargetConfigProto of `gpu` ('h100' or 'a100')."""
+  """The text-format GpuTargetConfigProto of `gpu` ('h100', 'h200' or 'a100')."""
   if gpu not in _SPECS:
     raise ValueError(f"no GPU target description for {gpu!r}; known: {', '.join(_SPECS)}")
   s = _SPECS[gpu]

@@ -22,7 +22,8 @@ _GPU_SHAPE = re.compile(r"^(?:(\d+)x)?(\d+)$")
 
 # A valid name per generation (v3/v4/v5p slices are 3-D, v5e/v6e 2-D).
 EXAMPLES = {"v3": "v3:2x2", "v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1",
-            "v6e": "v6e:2x2", "h100": "h100:8", "a100": "a100:8"}
+            "v6e": "v6e:2x2", "h100": "h100:8", "h200": "h200:8",
+            "a100": "a100:8"}
 
 
 class MissingCompilerError(RuntimeError):

@@ -1,0 +1,93 @@
+"""`dry_run.measure`: the dry run's train step compiled for this machine's devices, run on
+random inputs and timed against its roofline. Here the devices are the CPU's, measured on a
+GPU's figures (the numbers are meaningless, the mechanics are the same); bench/accelerator_step.py
+runs it on real chips (BENCHMARKS.md)."""
+import dataclasses
+import os
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from calib_jax.config import files as config_lib
+from calib_jax.dry_run import chips, compile as compile_lib, measure, report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = 1024
+
+
+def small_config(batch: int = 64):
+  config = config_lib.load_config_file(os.path.join(ROOT, "configs/default.py"))
+  config.model_kwargs.hidden = (32,)
+  config.data.batch_size = config.data.eval_batch_size = batch
+  return config
+
+
+@pytest.fixture(scope="module")
+def topology():
+  return measure.local_topology(chips.get("h100"))
+
+
+@pytest.mark.parametrize("kind, name", [
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("TPU v5 lite", "v5e"), ("TPU v5p", "v5p"),
+    ("TPU v6 lite", "v6e"), ("TPU v4", "v4"), ("TPU v3", "v3")])
+def test_a_real_devices_kind_names_its_chip(kind, name):
+  assert measure.chip_of(types.SimpleNamespace(device_kind=kind)).name == name
+
+
+def test_an_unknown_device_is_one_line_listing_the_chips():
+  with pytest.raises(ValueError, match=r"unknown accelerator 'cpu'; known: v3, .*h200"):
+    measure.chip_of(types.SimpleNamespace(device_kind="cpu"))
+
+
+def test_k_steps_are_timed_with_the_figures_of_the_dry_runs_one_step(topology):
+  config = small_config()
+  m = measure.measure_config(config, topology, steps_per_call=4, calls=2, repeats=2,
+                             num_train_examples=EXAMPLES)
+  assert (m.members, m.steps_per_call, len(m.step_seconds_runs)) == (1, 4, 2)
+  assert m.step_seconds == np.median(m.step_seconds_runs) > 0 and m.first_call_seconds > 0
+  dry = compile_lib.compile_config(config, topology, num_train_examples=EXAMPLES,
+                                   eval_step=False).train
+  # One step's figures: the dry run's, not the k-step program's (whose loop body XLA counts
+  # once, so dividing its figures by k would understate the roofline k times).
+  assert (m.flops, m.bytes_accessed) == (dry.flops, dry.bytes_accessed) and m.flops > 0
+  assert m.roofline_seconds == report.roofline_seconds(dry.flops, dry.bytes_accessed,
+                                                       topology.device, config.dtype)
+  assert m.over_roofline == m.step_seconds / m.roofline_seconds
+
+
+def test_a_sweep_is_measured_as_one_program_of_every_member(topology):
+  config = small_config()
+  config.sweep = "seed=0,1,2"
+  m = measure.measure_config(config, topology, steps_per_call=2, calls=1, repeats=1,
+                             num_train_examples=EXAMPLES)
+  assert m.members == 3 and m.step_seconds > 0
+
+
+def test_random_arguments_keep_labels_positions_and_masks_valid():
+  key = jax.random.key(0)
+  abstract = {"label": jax.ShapeDtypeStruct((4000,), jnp.int32),
+              "index": jax.ShapeDtypeStruct((2, 4000), jnp.int32),
+              "mask": jax.ShapeDtypeStruct((4000,), jnp.bool_),
+              "image": jax.ShapeDtypeStruct((4000, 3), jnp.bfloat16),
+              "key": jax.ShapeDtypeStruct((3,), key.dtype), "absent": None}
+  args = measure.random_arguments(abstract, num_classes=7, num_train_examples=50)
+  labels, index = np.asarray(args["label"]), np.asarray(args["index"])
+  assert labels.min() == 0 and labels.max() == 6 and index.min() == 0 and index.max() == 49
+  assert np.asarray(args["mask"]).all() and args["image"].dtype == jnp.bfloat16
+  assert 0.015 < float(np.std(np.asarray(args["image"], np.float32))) < 0.025
+  assert args["key"].shape == (3,) and args["key"].dtype == key.dtype and args["absent"] is None
+
+
+def test_a_step_larger_than_the_chips_memory_is_one_line(topology):
+  tiny = dataclasses.replace(topology, chip=dataclasses.replace(topology.chip, hbm_bytes=4096))
+  with pytest.raises(ValueError, match=r"the train step needs [\d.]+ GiB per chip, more than"):
+    measure.measure_config(small_config(), tiny, num_train_examples=EXAMPLES)
+
+
+def test_local_topology_names_the_chip_and_the_devices(topology):
+  assert topology.name == f"h100:{len(jax.devices())} (local)"
+  assert topology.devices == tuple(jax.devices()) and topology.device.name == "h100"

@@ -4,6 +4,9 @@ GPU's figures (the numbers are meaningless, the mechanics are the same); bench/a
 runs it on real chips (BENCHMARKS.md)."""
 import dataclasses
 import os
+import re
+import subprocess
+import sys
 import types
 
 import jax
@@ -91,3 +94,26 @@ def test_a_step_larger_than_the_chips_memory_is_one_line(topology):
 def test_local_topology_names_the_chip_and_the_devices(topology):
   assert topology.name == f"h100:{len(jax.devices())} (local)"
   assert topology.devices == tuple(jax.devices()) and topology.device.name == "h100"
+
+
+def _dry_run_cli(*args: str):
+  return subprocess.run([sys.executable, "-m", "calib_jax.dry_run", "--config=configs/default.py",
+                         "--config.model_kwargs.hidden=(32,)", *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_cli_measures_on_local_devices_against_a_named_chips_figures():
+  result = _dry_run_cli("--measure", "--topology=h100:1", "--steps_per_call=2")
+  assert result.returncode == 0, result.stderr[-2000:]
+  line = result.stdout.strip().splitlines()[-1]
+  assert re.fullmatch(r"configs/default\.py on h100:\d+ \(local\): 1 member\(s\), 2 step\(s\) "
+                      r"per call: [\d.]+ ms per step measured; roofline [\d.]+ ms, measured "
+                      r"[\d.]+x that; [\d.]+ GiB per chip; compiled in [\d.]+ s", line), line
+
+
+def test_the_cli_without_an_accelerator_or_a_chip_is_one_line():
+  result = _dry_run_cli("--measure")
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      "dry_run: --measure times the train step on this machine's accelerator, and JAX sees "
+      "only the CPU here")

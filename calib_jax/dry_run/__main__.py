@@ -7,13 +7,18 @@ Prints chips and hosts, the per-chip memory of the train and eval steps against 
 FLOPs and bytes per step and a roofline estimate of the step, epoch and run time; `--json`
 writes the same as JSON (also when the step does not fit). Needs the target's compiler: the
 `.[tpu]` extra (libtpu) for TPU slices, the `.[gpu]` extra for GPUs. See docs/accelerators.md.
+
+On a machine with the chips, `--measure` compiles the same train step for the local devices,
+runs it on random inputs and prints the measured step time beside its roofline
+(`dry_run.measure`); `--topology` is then optional and only names the chip's figures.
 """
 import os
 import sys
 
 # A dry run compiles for the target only; JAX itself runs on the CPU (and must, for GPU
-# targets on a machine without a GPU).
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# targets on a machine without a GPU). `--measure` runs on the local accelerator.
+if not any(a in ("--measure", "--measure=true") for a in sys.argv[1:]):
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -31,6 +36,11 @@ NUM_TRAIN_EXAMPLES = flags.DEFINE_integer(
     "num_train_examples", None, "Training-set size, for datasets or splits without a known "
     "size (default: from the dataset registry's split sizes).")
 EVAL_STEP = flags.DEFINE_bool("eval_step", True, "Also compile the eval step.")
+MEASURE = flags.DEFINE_bool(
+    "measure", False, "Time the train step on this machine's chips against its roofline "
+    "(on a GPU host or TPU VM; --topology then only names the chip's figures).")
+STEPS_PER_CALL = flags.DEFINE_integer(
+    "steps_per_call", 1, "With --measure: optimiser steps per compiled call (the loop's k).")
 
 
 def _config_name(argv: list[str]) -> str:
@@ -42,6 +52,12 @@ def main(argv: list[str]) -> None:
   """Entry point: one line on stderr and status 1 for a mistake, else the summary."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if MEASURE.value:
+    try:
+      print(_measured(cli_flags.config(), _config_name(sys.argv)), flush=True)
+    except ValueError as e:
+      sys.exit(f"dry_run: {e}")
+    return
   if not TOPOLOGY.value:
     raise app.UsageError("--topology is required (e.g. --topology=v5e:2x2)")
   try:
@@ -53,6 +69,25 @@ def main(argv: list[str]) -> None:
   print(api.report.text(result), flush=True)
   if JSON.value:
     api.report.write_json(result, JSON.value)
+
+
+def _measured(config, config_name: str) -> str:
+  """`--measure`: the train step timed on the local devices, as one line."""
+  from calib_jax.dry_run import measure  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  chip = api.topologies.parse(TOPOLOGY.value)[0] if TOPOLOGY.value else None
+  if chip is None and jax.devices()[0].platform == "cpu":
+    raise ValueError("--measure times the train step on this machine's accelerator, and JAX "
+                     "sees only the CPU here: run it on the GPU host or TPU VM (or give "
+                     "--topology to time the CPU against that chip's figures)")
+  topology = measure.local_topology(chip)
+  m = measure.measure_config(config, topology, steps_per_call=STEPS_PER_CALL.value,
+                             num_train_examples=NUM_TRAIN_EXAMPLES.value)
+  roofline = (f"roofline {m.roofline_seconds * 1e3:.3f} ms, measured {m.over_roofline:.2f}x "
+              f"that" if m.roofline_seconds else "no roofline (no cost analysis)")
+  return (f"{config_name} on {topology.name}: {m.members} member(s), {m.steps_per_call} "
+          f"step(s) per call: {m.step_seconds * 1e3:.3f} ms per step measured; {roofline}; "
+          f"{m.per_chip_bytes / 2**30:.2f} GiB per chip; compiled in {m.compile_seconds:.1f} s")
 
 
 def run() -> None:

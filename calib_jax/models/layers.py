@@ -11,6 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from calib_jax.models import atrous
+
 Dtype = Any
 Array = jax.Array
 
@@ -59,7 +61,13 @@ def batch_norm(train: bool, dtype: Dtype, axis_name: str | None, name: str | Non
 def conv(features: int, kernel_size: int, *, strides: int = 1, dilation: int = 1,
          use_bias: bool = False, dtype: Dtype = jnp.float32, name: str | None = None,
          kernel_init: Callable = conv_kernel_init) -> nn.Conv:
-  """Square 2-D convolution with PyTorch-style symmetric padding `(k // 2) * dilation`."""
+  """Square 2-D convolution with PyTorch-style symmetric padding `(k // 2) * dilation`.
+
+  A dilated stride-1 convolution is an `atrous.AtrousConv` (the same parameters and values),
+  which can run on GPUs as an undilated convolution on phase sub-grids (`atrous.GPU_FORM`)."""
+  if dilation > 1 and strides == 1 and kernel_size % 2 == 1:
+    return atrous.AtrousConv(features, kernel_size, dilation, use_bias=use_bias, dtype=dtype,
+                             kernel_init=kernel_init, name=name)
   pad = (kernel_size // 2) * dilation
   return nn.Conv(features, (kernel_size, kernel_size), strides=(strides, strides),
                  padding=((pad, pad), (pad, pad)), kernel_dilation=(dilation, dilation),

@@ -232,6 +232,7 @@ def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seed
   at most that many, the next sweep taking the first seeds without a summary."""
   from studies.lr_table1 import sweeps
   seeds = list(range(10))
+  assert sorted(sweeps.GRID_RUN_ORDER) == sorted(summaries.GRID_LOSSES)
   plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=4)
   assert plan[0][1] == "loss_kwargs.alpha=0.01,0.025,0.05,0.1,0.2,0.3,0.4"
   assert [seed for _, seed in plan[0][2]] == [0] * 7 and plan[0][3] == "val"

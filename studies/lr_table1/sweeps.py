@@ -27,7 +27,8 @@ from studies.lr_table1.summaries import final_rows, load_summary, summarize, sum
 
 # (config variant the sweep starts from, sweep text, [(member variant, seed)], split)
 SweepItem = tuple[str, str, list[tuple[str, int]], str]
-TUNED = ("lr", "ls", "focal", "ecp", "mbls")  # the order their grids run in
+# The losses with a tuning grid (summaries.GRID_LOSSES), in the order their grid sweeps run.
+GRID_RUN_ORDER = ("lr", "ls", "focal", "ecp", "mbls")
 
 
 def _grid_sweep(out_dir: str, loss: str) -> SweepItem | None:
@@ -60,7 +61,7 @@ def sweep_plan(out_dir: str, seeds: list[int], max_members: int = 0) -> list[Swe
     return [_seed_sweep(out_dir, variant, seeds, max_members)
             for variant in sorted((v for _, v, _ in final_rows(out_dir)), key=done)]
 
-  items = [_grid_sweep(out_dir, loss) for loss in TUNED] + seed_sweeps()
+  items = [_grid_sweep(out_dir, loss) for loss in GRID_RUN_ORDER] + seed_sweeps()
   return [item for item in items if item is not None]
 
 

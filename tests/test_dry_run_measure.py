@@ -117,3 +117,8 @@ def test_the_cli_without_an_accelerator_or_a_chip_is_one_line():
   assert result.stderr.strip().splitlines()[-1].startswith(
       "dry_run: --measure times the train step on this machine's accelerator, and JAX sees "
       "only the CPU here")
+
+
+def test_no_calls_or_repeats_is_one_line(topology):
+  with pytest.raises(ValueError, match=r"calls=0 and repeats=3 must be >= 1"):
+    measure.measure_config(small_config(), topology, calls=0, num_train_examples=EXAMPLES)

@@ -118,18 +118,20 @@ def measure_config(config: ml_collections.ConfigDict, topology: Topology | None 
   Raises:
     ValueError: as `compile.compile_config`, or a step that does not fit in the chip's memory.
   """
+  if calls < 1 or repeats < 1:
+    raise ValueError(f"calls={calls} and repeats={repeats} must be >= 1")
   topology = local_topology() if topology is None else topology
   program = compile_lib.train_program(config, topology, num_train_examples=num_train_examples,
                                       steps_per_call=steps_per_call)
   compiled, run = compile_lib.compile_executable(program.jitted, program.args, topology,
                                                  "train")
+  if not compiled.fits:
+    raise ValueError(f"the train step needs {compiled.per_chip_bytes / 2**30:.1f} GiB per "
+                     f"chip, more than {topology.device.hbm_bytes / 2**30:.1f} GiB")
   # XLA's cost analysis counts a loop's body once, whatever its trip count, so the figures of
   # one step are those of the program of one step (what the dry run compiles).
   figures = compiled if steps_per_call == 1 else compile_lib.compile_step(
       *_program_args(config, topology, num_train_examples), topology, "train")
-  if not compiled.fits:
-    raise ValueError(f"the train step needs {compiled.per_chip_bytes / 2**30:.1f} GiB per "
-                     f"chip, more than {topology.device.hbm_bytes / 2**30:.1f} GiB")
   meta = program.experiment.meta
   args = random_arguments(program.args, num_classes=meta.num_classes,
                           num_train_examples=program.num_train_examples)

@@ -24,4 +24,8 @@ XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 90 python3 bench/train_step.py --mod
   --warmup=3 --json="$OUT/train_step_fp32.json" 2>&1 | quiet | tee "$OUT/train_step_fp32.log"
 timeout 90 python3 bench/accelerator_step.py --deadline_s=40 --json="$OUT/accelerator_step.jsonl" \
   --items=voc2012_deeplabv3_resnet50,imagenet_vit_s16_sam 2>&1 | quiet | tee -a "$OUT/accelerator_step.log"
+# DeepLab's dilated convolutions: XLA's against the phase sub-grid form (models.atrous), the
+# model's step in both forms (decides atrous.GPU_FORM), and PyTorch's.
+XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 150 python3 bench/dilated_conv.py --dilations=1,2,12 \
+  2>&1 | quiet | tee "$OUT/dilated_conv.log"
 echo "device check done"

@@ -5,7 +5,7 @@
 # Run from the repository root on the GPU machine; results under $OUT (default: /tmp/out).
 # Needs ml_collections there: wheels in .whl/ are installed to /tmp/site when present.
 # About 7 min on an H200 (2026-11-26: 5 min without the last part); its parts stop at their
-# timeouts (590 s together), so run it with the device tool's timeout_s=600.
+# timeouts (590 s together), so a 10-minute limit on the whole script holds it.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 if ls .whl/*.whl >/dev/null 2>&1; then

@@ -247,9 +247,9 @@ def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
   on_device = config.data.on_device
   resident = (_abstract_resident(config, num_train_examples, experiment.mesh) if on_device
               else None)
-  if on_device:  # positions of one step, `[1, batch]`; the examples are resident
+  if on_device:  # positions of k steps, `[k, batch]`; the examples are resident
     train_batch = {"index": jax.ShapeDtypeStruct(
-        (1, config.data.batch_size), jnp.int32,
+        (k, config.data.batch_size), jnp.int32,
         sharding=parallel.stacked_batch_sharded(experiment.mesh))}
   if config.sweep:  # k steps of every member: the population's program.
     population = sweep_lib.Population(experiment)
@@ -271,8 +271,6 @@ def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
       train_fn = step_lib.jit_multi_step(
           step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0),
           experiment.mesh, resident=True)
-      train_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-          (k, *x.shape[1:]), x.dtype, sharding=x.sharding), train_batch)
     elif k > 1:
       train_fn = step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
       stacked = parallel.stacked_batch_sharded(experiment.mesh)

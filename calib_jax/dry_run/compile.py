@@ -223,22 +223,29 @@ class TrainProgram:
 
 
 def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
-                  num_train_examples: int | None = None, steps_per_call: int = 1
-                  ) -> TrainProgram:
+                  num_train_examples: int | None = None, steps_per_call: int = 1,
+                  experiment: Experiment | None = None) -> TrainProgram:
   """The config's train step for `topology`, jitted as the loop jits it, and its abstract
   arguments: with `steps_per_call` k > 1 (or resident data, or a sweep) the k-step program of
-  `step.scan_steps` on a `[k, ...]` stack of batches, else one step. See `compile_config`."""
+  `step.scan_steps` on a `[k, ...]` stack of batches, else one step. See `compile_config`.
+
+  `experiment`: the `TrainProgram.experiment` of an earlier call for the same config and
+  topology, reused (its config and training-set size) instead of built again.
+  """
   if steps_per_call < 1:
     raise ValueError(f"steps_per_call={steps_per_call} must be >= 1")
-  config = config.copy_and_resolve_references()
-  config.pretrained = None
-  experiment = build_experiment(config, topology)
-  if num_train_examples is None:
-    num_train_examples = shapes.num_train_examples(config)
-  example = shapes.model_input(config)
-  # One zero example: model.init traces with it; no data is read.
-  experiment.data.assume(num_train_examples=num_train_examples,
-                         example_input=jnp.zeros(example.shape, example.dtype))
+  if experiment is None:
+    config = config.copy_and_resolve_references()
+    config.pretrained = None
+    experiment = build_experiment(config, topology)
+    if num_train_examples is None:
+      num_train_examples = shapes.num_train_examples(config)
+    example = shapes.model_input(config)
+    # One zero example: model.init traces with it; no data is read.
+    experiment.data.assume(num_train_examples=num_train_examples,
+                           example_input=jnp.zeros(example.shape, example.dtype))
+  else:
+    config, num_train_examples = experiment.config, experiment.data.num_train_examples()
   k = steps_per_call
   batch_sharding = parallel.batch_sharded(experiment.mesh)
   train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,

@@ -130,8 +130,11 @@ def measure_config(config: ml_collections.ConfigDict, topology: Topology | None 
                      f"chip, more than {topology.device.hbm_bytes / 2**30:.1f} GiB")
   # XLA's cost analysis counts a loop's body once, whatever its trip count, so the figures of
   # one step are those of the program of one step (what the dry run compiles).
-  figures = compiled if steps_per_call == 1 else compile_lib.compile_step(
-      *_program_args(config, topology, num_train_examples), topology, "train")
+  if steps_per_call == 1:
+    figures = compiled
+  else:
+    one_step = compile_lib.train_program(config, topology, experiment=program.experiment)
+    figures = compile_lib.compile_step(one_step.jitted, one_step.args, topology, "train")
   meta = program.experiment.meta
   args = random_arguments(program.args, num_classes=meta.num_classes,
                           num_train_examples=program.num_train_examples)
@@ -160,7 +163,3 @@ def measure_config(config: ml_collections.ConfigDict, topology: Topology | None 
                      flops=figures.flops, bytes_accessed=figures.bytes_accessed,
                      compile_seconds=compiled.compile_seconds, first_call_seconds=first)
 
-
-def _program_args(config, topology, num_train_examples) -> tuple:
-  program = compile_lib.train_program(config, topology, num_train_examples=num_train_examples)
-  return program.jitted, program.args

@@ -99,12 +99,14 @@ def test_readme_block_is_written_between_the_markers(tmp_path):
 
 
 def test_the_readme_table_is_the_committed_results():
-  """README's LR Table 1 block is what the committed summaries give (rerun
-  `python -m studies.lr_table1 --report_only --out_dir=docs/results --readme=README.md` after adding
-  summaries)."""
+  """README's LR Table 1 block is the 10-seed study's, as its committed summaries give it (rerun
+  `python -m studies.lr_table1 --report_only --sweeps --seeds=0,1,2,3,4,5,6,7,8,9
+  --out_dir=docs/results/lr_table1_sweeps --readme=README.md` after adding summaries)."""
   with open(os.path.join(ROOT, "README.md")) as f:
     readme = f.read()
-  assert report.readme_block(os.path.join(ROOT, "docs", "results"), [0, 1, 2]) in readme
+  out_dir = os.path.join(ROOT, "docs", "results", "lr_table1_sweeps")
+  assert report.readme_block(out_dir, list(range(10))) in readme
+  assert "| CE | – | 10/10 |" in readme  # every row has the paper's 10 seeds
 
 
 def test_report_without_predictions_keeps_the_committed_figure(tmp_path):

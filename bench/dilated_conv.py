@@ -22,8 +22,9 @@ _SHAPES = flags.DEFINE_list("shapes", ["aspp", "stage4"], "aspp and/or stage4")
 _STEPS = flags.DEFINE_integer("steps", 20, "calls per timing")
 _TORCH = flags.DEFINE_bool("torch", True, "also time PyTorch (when installed, on CUDA)")
 _MODEL = flags.DEFINE_bool("model", True, "also time the whole DeepLabV3-ResNet-50 step (SGD, "
-                           "cross-entropy; batch 8 of 512 px, bfloat16) at output stride 8 "
-                           "and 16, and torchvision's (stride 8)")
+                           "cross-entropy; batch 8 of 512 px, bfloat16) at output stride 8, "
+                           "once with each form of its dilated convolutions, and "
+                           "torchvision's (stride 8)")
 
 SHAPES = {"aspp": (8, 64, 64, 2048, 256), "stage4": (8, 64, 64, 512, 512)}
 

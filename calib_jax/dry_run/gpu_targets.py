@@ -12,14 +12,12 @@ _SPECS = {
     "h100": dict(major=9, minor=0, sms=132, clock_ghz=1.98, fpus_per_sm=128,
                  smem_per_sm=233_472, smem_per_block_optin=232_448, l2=52_428_800,
                  bandwidth=3_352_000_000_000, memory=81_559 * 2**20),
-    # The H100's processor (GH100: SMs, clocks, shared memory) with 141 GB of HBM3e at 4.8 TB/s.
-    "h200": dict(major=9, minor=0, sms=132, clock_ghz=1.98, fpus_per_sm=128,
-                 smem_per_sm=233_472, smem_per_block_optin=232_448, l2=52_428_800,
-                 bandwidth=4_800_000_000_000, memory=143_771 * 2**20),
     "a100": dict(major=8, minor=0, sms=108, clock_ghz=1.41, fpus_per_sm=64,
                  smem_per_sm=167_936, smem_per_block_optin=166_912, l2=41_943_040,
                  bandwidth=2_039_000_000_000, memory=81_920 * 2**20),
 }
+# The H100's processor (GH100: SMs, clocks, shared memory) with 141 GB of HBM3e at 4.8 TB/s.
+_SPECS["h200"] = dict(_SPECS["h100"], bandwidth=4_800_000_000_000, memory=143_771 * 2**20)
 
 SOURCES = {
     "h100": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132 SMs, 128 FP32 "

@@ -87,9 +87,11 @@ class Measurement:
     members: a sweep's population (1 for a single run); every step trains them all.
     steps_per_call: k, the optimiser steps of one compiled call.
     step_seconds: measured wall time per optimiser step (median over `repeats` timings).
+    step_seconds_runs: each timing's seconds per step, of which `step_seconds` is the median.
     roofline_seconds: the dry run's estimate for one step, on this chip's figures.
     per_chip_bytes, compile_seconds: as `compile.StepCompile`, of the k-step program.
     flops, bytes_accessed: one step's, from the program of one step (the dry run's).
+    first_call_seconds: the untimed first call (it also loads the program onto the chips).
   """
   members: int
   steps_per_call: int

@@ -118,13 +118,9 @@ def _items():
 
 def _config(spec: str, overrides: dict):
   from calib_jax import config as config_lib  # pylint: disable=import-outside-toplevel
-  config = config_lib.load_config_file(os.path.join(ROOT, "configs", spec))
-  for field, value in overrides.items():
-    node, parts = config, field.split(".")
-    for part in parts[:-1]:
-      node = node[part]
-    node[parts[-1]] = value
-  return config
+  from calib_jax.config import variants  # pylint: disable=import-outside-toplevel
+  return variants.override(config_lib.load_config_file(os.path.join(ROOT, "configs", spec)),
+                           overrides)
 
 
 _ITEMS = flags.DEFINE_list("items", list(_items()), "what to measure, in order (" +

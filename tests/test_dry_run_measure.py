@@ -3,6 +3,7 @@ random inputs and timed against its roofline. Here the devices are the CPU's, me
 GPU's figures (the numbers are meaningless, the mechanics are the same); bench/accelerator_step.py
 runs it on real chips (BENCHMARKS.md)."""
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -117,6 +118,19 @@ def test_the_cli_without_an_accelerator_or_a_chip_is_one_line():
   assert result.stderr.strip().splitlines()[-1].startswith(
       "dry_run: --measure times the train step on this machine's accelerator, and JAX sees "
       "only the CPU here")
+
+
+def test_measure_is_read_from_argv_as_absl_reads_a_boolean_flag():
+  """`--measure` chooses JAX's platform before absl parses the flags (on a GPU host, spelled
+  `--measure=True` it must not pin JAX to the CPU)."""
+  cases = {"--measure": True, "--measure=true": True, "--measure=True": True, "--measure=1": True,
+           "--measure=false": False, "--nomeasure": False, "--measure --nomeasure": False,
+           "--nomeasure --measure": True, "--topology=h100:1": False}
+  code = ("import json, sys; from calib_jax.dry_run import __main__ as m; "
+          "print(json.dumps({c: m.measure_requested(c.split()) for c in json.loads(sys.argv[1])}))")
+  result = subprocess.run([sys.executable, "-c", code, json.dumps(list(cases))], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=True)
+  assert json.loads(result.stdout.strip().splitlines()[-1]) == cases
 
 
 def test_no_calls_or_repeats_is_one_line(topology):

@@ -15,9 +15,22 @@ runs it on random inputs and prints the measured step time beside its roofline
 import os
 import sys
 
+
+def measure_requested(argv: list[str]) -> bool:
+  """Whether `argv` turns `--measure` on (as absl reads a boolean flag: the last one wins),
+  read before absl parses the flags because JAX's platform must be chosen before it loads."""
+  on = False
+  for arg in argv:
+    if arg in ("--measure", "--nomeasure"):
+      on = arg == "--measure"
+    elif arg.startswith("--measure="):
+      on = arg.split("=", 1)[1].lower() in ("true", "t", "1")
+  return on
+
+
 # A dry run compiles for the target only; JAX itself runs on the CPU (and must, for GPU
 # targets on a machine without a GPU). `--measure` runs on the local accelerator.
-if not any(a in ("--measure", "--measure=true") for a in sys.argv[1:]):
+if not measure_requested(sys.argv[1:]):
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -7,7 +7,7 @@ Recipes: `mlp` is `configs/fashion_mnist_mlp.py:ce` (2x1024 MLP, batch 64, SGD N
 Fashion-MNIST through tf.data; `resnet20` is a CIFAR ResNet-20 at batch 128 on synthetic 32x32
 images (the CIFAR-10 recipe's optimiser; a stream of 8 pre-made host batches stands in for
 tf.data, so the loop's own overhead is measured). "bare" runs the trainer's own compiled step
-(`step.make_train_step` + `step.jit_train_step`) on one device-resident batch, blocking once at
+(`step.make_train_step` compiled by `programs.train_program`) on one device-resident batch, blocking once at
 the end. "loop" is `loop.train_and_evaluate` (input, prefetch to the devices, metric logging,
 finiteness checks, checkpoints at the end only, no progress bar or TensorBoard) with
 `--steps_per_dispatch` steps per call (0: the loop's auto choice), timed from its own
@@ -80,15 +80,16 @@ def bare_rate(steps: int) -> float:
   import jax
   import numpy as np
   from calib_jax import experiment
-  from calib_jax.training import parallel, step as step_lib
+  from calib_jax.training import parallel, programs, step as step_lib
   config = _config(steps)
   exp = experiment.build(config)  # the loop's own model, loss, optimiser and initial state
   meta, mesh, example = exp.meta, exp.mesh, exp.data.example_input()
   assert config.data.batch_size % mesh.devices.size == 0
   schedule, tx = exp.optimizer()
   state = exp.initial_state()
-  train_step = step_lib.jit_train_step(
-      step_lib.make_train_step(exp.model, exp.loss_fn, tx, schedule), mesh)
+  train_step = programs.train_program(
+      programs.of_train_step(step_lib.make_train_step(exp.model, exp.loss_fn, tx, schedule)),
+      programs.single_run_layout(mesh), per_step=True, resident=False)
   rng = np.random.default_rng(0)
   batch = parallel.to_global({
       "image": rng.normal(size=(config.data.batch_size, *example.shape[1:])).astype(np.float32),
@@ -104,7 +105,8 @@ def bare_rate(steps: int) -> float:
 
 
 def loop_rate(steps: int) -> float:
-  from calib_jax.training import loop, reporting
+  from calib_jax.training import reporting
+  from calib_jax.run import loop
   with tempfile.TemporaryDirectory() as workdir:
     loop.train_and_evaluate(_config(steps), workdir)
     records = [r for r in reporting.read_metrics(workdir) if r["split"] == "train"]

@@ -34,7 +34,8 @@ def measure(batch: int, steps: int, repeats: int) -> dict:
   import numpy as np
 
   from calib_jax import losses, models
-  from calib_jax.training import optim, parallel, state as state_lib, step as step_lib
+  from calib_jax.training import optim, parallel, programs, state as state_lib
+  from calib_jax.training import step as step_lib
 
   mesh = parallel.make_mesh(jax.devices())
   model = models.get("small_cnn", 10)
@@ -47,8 +48,10 @@ def measure(batch: int, steps: int, repeats: int) -> dict:
   tx = optim.make_optimizer(name="sgd", learning_rate=schedule, momentum=0.9, weight_decay=5e-4)
   variables = model.init({"params": jax.random.key(0)}, host_batch["image"][:1], train=False)
   state = parallel.replicate(state_lib.create(variables, tx, jax.random.key(1)), mesh)
-  train_step = step_lib.jit_train_step(
-      step_lib.make_train_step(model, losses.get("ce"), tx, schedule, steps_per_epoch=100), mesh)
+  train_step = programs.train_program(
+      programs.of_train_step(step_lib.make_train_step(model, losses.get("ce"), tx, schedule,
+                                                      steps_per_epoch=100)),
+      programs.single_run_layout(mesh), per_step=True, resident=False)
   global_batch = parallel.to_global(host_batch, mesh)
 
   start = time.perf_counter()

@@ -54,7 +54,8 @@ def _config(sweep: str):
 
 def _rate(sweep: str) -> tuple[float, float]:
   """(steps/s after the first window, seconds to the end of the first window)."""
-  from calib_jax.training import loop, reporting
+  from calib_jax.training import reporting
+  from calib_jax.run import loop
   with tempfile.TemporaryDirectory() as workdir:
     start = time.perf_counter()
     loop.train_and_evaluate(_config(sweep), workdir)

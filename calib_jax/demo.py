@@ -46,7 +46,8 @@ def run_variant(variant: str, workdir: str, config_path: str = DEFAULT_CONFIG,
   recipe's length (a quick check that everything runs; the table then means little)."""
   from calib_jax.config import files
   from calib_jax.evaluation import run as evaluation
-  from calib_jax.training import loop, reporting
+  from calib_jax.training import reporting
+  from calib_jax.run import loop
   config = files.load_config_file(f"{config_path}:{variant}")
   config.seed = seed
   if num_train_steps is not None:

@@ -12,7 +12,7 @@ Both libraries get the same probabilities (MAPIE through a prefit classifier who
 `predict_proba` returns them). Printed per method and α: the thresholds q̂, how many test sets
 differ, coverage and mean set size. Synthetic data: logits `2·N(0, 1)` with labels drawn from
 their softmax (exchangeable, so every method should cover about 1 − α). The differences and
-their causes are in docs/metrics.md ("Cross-check against MAPIE").
+their causes are in docs/conformal.md ("Cross-check against MAPIE").
 """
 from absl import app, flags
 import jax

@@ -84,7 +84,7 @@ def test_report_writes_tables_claims_and_the_reliability_figure(tmp_path):
                                   ("als_context", 0.1, 0.15))}
   text = compare.write_report(workdir, out_dir, {"clutter_objects": runs}, [0],
                               "python -m studies.compare")
-  assert open(os.path.join(out_dir, "results.md")).read() == text
+  assert open(os.path.join(out_dir, "compare.md")).read() == text
   assert "| ALS + context |" in text
   assert "Context-only test images" in text
   assert "| MbLS | MbLS has lower ECE than CE | -10.00 ± 0.00 pt | 1/1 | supported |" in text

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from calib_jax import data, metrics, models
-from calib_jax.training import loop
+from calib_jax.run import loop
 from calib_jax.evaluation import report, run as evaluation
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 

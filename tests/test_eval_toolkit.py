@@ -10,7 +10,7 @@ import pytest
 from calib_jax import data
 from calib_jax.config import ConfigError
 from calib_jax.evaluation import predictions, run as evaluation
-from calib_jax.training import loop
+from calib_jax.run import loop
 from test_eval import clutter_config
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 

@@ -77,10 +77,10 @@ def test_loop_and_evaluation_do_not_import_each_other():
   import the loop (both sides get what they need from `calib_jax.experiment`)."""
   graph = _graph()
   report = ("calib_jax.evaluation.report", "calib_jax.evaluation.run", "calib_jax.evaluation.maps")
-  assert not set(report) & set(graph["calib_jax.training.loop"])
+  assert not set(report) & set(graph["calib_jax.run.loop"])
   for module in (*report, "calib_jax.evaluation.validation", "calib_jax.experiment.build",
                  "calib_jax.experiment.data"):
-    assert "calib_jax.training.loop" not in graph[module], module
+    assert "calib_jax.run.loop" not in graph[module], module
 
 
 def _imported_modules(node):
@@ -119,3 +119,85 @@ def test_models_import_the_models_package_at_module_level_only():
 def test_the_cycle_check_finds_a_cycle():
   assert _cycle({"m.a": {"m.b"}, "m.b": {"m.c"}, "m.c": {"m.a"}}) is not None
   assert _cycle({"m.a": {"m.b"}, "m.b": set()}) is None
+
+
+def _package_of(module: str) -> str:
+  """'calib_jax.run.loop' -> 'run'; a top-level module ('calib_jax.demo') is its own package."""
+  return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+def _package_edges():
+  """{(importer package, imported package): [module -> module, ...]} over every import,
+  function-level ones included."""
+  edges = {}
+  for module, imported in _graph().items():
+    for other in imported:
+      a, b = _package_of(module), _package_of(other)
+      if a != b and module != "calib_jax" and other != "calib_jax":
+        edges.setdefault((a, b), []).append(f"{module} -> {other}")
+  return edges
+
+
+def test_packages_import_one_way_only():
+  """No two calib_jax packages import each other, counting function-level imports: the
+  floors are config; data, losses, models, metrics; posthoc, conformal, plotting; sweep;
+  training (the step's parts); experiment; evaluation; run; the programs (cli, demo,
+  dry_run)."""
+  edges = _package_edges()
+  both = sorted(f"{a} <-> {b}: {edges[(a, b)][0]}; {edges[(b, a)][0]}"
+                for (a, b) in edges if (b, a) in edges and a < b)
+  assert not both, "\n".join(both)
+  # The step's parts sit below everything that runs them.
+  above_training = {"experiment", "evaluation", "sweep", "run", "cli", "dry_run", "demo"}
+  assert not {b for (a, b) in edges if a == "training"} & above_training
+
+
+def test_no_package_imports_another_packages_private_module():
+  graph = _graph()
+  private = sorted(f"{module} -> {other}" for module, imported in graph.items()
+                   for other in imported
+                   if other.rsplit(".", 1)[-1].startswith("_") and not other.endswith("__")
+                   and _package_of(other) != _package_of(module))
+  assert not private, "\n".join(private)
+
+
+def test_no_module_is_over_400_lines():
+  long = []
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(folder, name)
+        with open(path, encoding="utf-8") as f:
+          lines = sum(1 for _ in f)
+        if lines > 400:
+          long.append(f"{os.path.relpath(path, ROOT)}: {lines} lines")
+  assert not long, "\n".join(long)
+
+
+# What an import inside a function may defer: heavy or optional dependencies (and the modules
+# of ours that import them), or JAX itself where the platform must be chosen first.
+_DEFERRABLE = ("tensorflow", "tensorflow_datasets", "torch", "safetensors", "matplotlib",
+               "sklearn", "PIL", "libtpu", "jax_cuda12_plugin", "jax.experimental.topologies",
+               "jax._src", "clu", "calib_jax.data", "calib_jax.plotting",
+               "calib_jax.plotting_maps", "calib_jax.evaluation", "calib_jax.experiment",
+               "calib_jax.run", "calib_jax.dry_run", "calib_jax.cli", "calib_jax.config",
+               "calib_jax.training", "calib_jax.sweep", "jax", "absl")
+
+
+def test_function_level_imports_defer_a_heavy_dependency_only():
+  """Imports inside functions only where they defer TensorFlow, torch, matplotlib or another
+  heavy optional dependency (directly, or a module of ours that imports it)."""
+  modules = {}
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith(".py"):
+        modules[os.path.join(folder, name)] = None
+  paths = tuple(sorted(modules))
+  late = []
+  for path, tree in zip(paths, parse_files(paths)):
+    for line, name in _late_imports(tree):
+      if name == "calib_jax":  # `from calib_jax import x` names x as well
+        continue
+      if not any(name == d or name.startswith(d + ".") for d in _DEFERRABLE):
+        late.append(f"{os.path.relpath(path, ROOT)}:{line} imports {name}")
+  assert not late, "\n".join(late)

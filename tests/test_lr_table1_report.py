@@ -299,7 +299,7 @@ def test_a_resumed_sweep_reports_its_training_time_over_all_sessions(tmp_path, m
   """`sweeps.run_sweep`: a session cut short by preemption still adds its time, so a member's
   `seconds` is the whole training time, not that of the last (resuming) session."""
   from calib_jax.evaluation import run as evaluate
-  from calib_jax.training import loop, preemption
+  from calib_jax.run import loop, preemption
   from studies.lr_table1 import sweeps
   clock = {"now": 0.0}
   monkeypatch.setattr(sweeps, "time", types.SimpleNamespace(monotonic=lambda: clock["now"]))

@@ -15,7 +15,7 @@ import pytest
 
 from calib_jax import models
 from calib_jax.models import torch_import
-from calib_jax.training import loop
+from calib_jax.run import loop
 from calib_jax import config as config_lib
 from calib_jax.config import variants
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from calib_jax import data
 from calib_jax.experiment import data as experiment_data
-from calib_jax.training import checkpoint, loop, parallel
+from calib_jax.training import checkpoint, parallel
+from calib_jax.run import loop
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

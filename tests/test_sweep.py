@@ -10,9 +10,11 @@ import pytest
 
 from calib_jax import experiment, losses, sweep
 from calib_jax.config import ConfigError
-from calib_jax.sweep import population, summary
+from calib_jax.sweep import summary
+from calib_jax.run import population
 from calib_jax.evaluation import run as evaluation
-from calib_jax.training import checkpoint, loop, reporting
+from calib_jax.training import checkpoint, reporting
+from calib_jax.run import loop
 
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 

@@ -19,7 +19,7 @@ from calib_jax import data, experiment, models
 from calib_jax.config import variants
 from calib_jax.experiment import weights
 from calib_jax.models import torch_import
-from calib_jax.training import loop
+from calib_jax.run import loop
 from test_train_cli import ROOT, eval_program, parse  # noqa: F401
 from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 

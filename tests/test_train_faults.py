@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from calib_jax.training import checkpoint, loop, parallel, preemption
+from calib_jax.training import checkpoint, parallel
+from calib_jax.run import loop, preemption
 from calib_jax import experiment
 from calib_jax.evaluation import report, run as evaluation
 from calib_jax.training import reporting

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from calib_jax import data
-from calib_jax.training import checkpoint, loop, single
-from calib_jax.training import step as step_lib
+from calib_jax.training import checkpoint
+from calib_jax.run import loop, single
+from calib_jax.training import programs
 from calib_jax import experiment
 from calib_jax import config as config_lib
 from calib_jax.training import reporting
@@ -229,8 +230,8 @@ def test_several_steps_per_dispatch_train_exactly_like_one_step_per_dispatch(
   body is the same XLA computation as the one-step program, applied to the same batches in the
   same order, and XLA:CPU compiles it to the same arithmetic (no reassociation across steps).
   The scan is what TPU and GPU run; on CPU a CNN's k steps are k calls of the one-step program
-  (`step.calls_each_step`, `each_step=True`), and the test forces the scan for the others."""
-  monkeypatch.setattr(step_lib, "calls_each_step", lambda mesh, params: each_step)
+  (`programs.calls_each_step`, `each_step=True`), and the test forces the scan for the others."""
+  monkeypatch.setattr(programs, "calls_each_step", lambda mesh, params: each_step)
   one = loop.train_and_evaluate(tiny_config(num_train_steps=num_steps, steps_per_dispatch=1),
                                 str(tmp_path / "k1"))
   four = loop.train_and_evaluate(tiny_config(num_train_steps=num_steps, steps_per_dispatch=4),
@@ -248,6 +249,6 @@ def test_cpu_calls_each_step_of_a_convolutional_model_only():
   k steps are k calls; an MLP keeps the scan (TPU/GPU always do: the dry run's devices)."""
   cnn = experiment.build(tiny_config())
   mlp = experiment.build(tiny_config(model="mlp", model_kwargs={"hidden": (16,)}))
-  assert step_lib.calls_each_step(cnn.mesh, cnn.abstract_state().params)
-  assert not step_lib.calls_each_step(mlp.mesh, mlp.abstract_state().params)
-  assert single.SingleRun(cnn).calls_each_step and not single.SingleRun(mlp).calls_each_step
+  assert programs.calls_each_step(cnn.mesh, cnn.abstract_state().params)
+  assert not programs.calls_each_step(mlp.mesh, mlp.abstract_state().params)
+  assert single.SingleRun(cnn).per_step and not single.SingleRun(mlp).per_step

@@ -13,7 +13,8 @@ import pytest
 from calib_jax import config as config_lib
 from calib_jax import data, experiment
 from calib_jax.data import resident
-from calib_jax.training import loop, parallel, reporting, single
+from calib_jax.training import parallel, reporting
+from calib_jax.run import loop, single
 from test_train_loop import (_assert_same_state, compilation_cache,  # noqa: F401
                              quick_rng_compilation, tiny_config)
 
@@ -84,13 +85,13 @@ def test_the_resident_split_is_a_replicated_argument_that_is_not_donated():
   exp = experiment.build(tiny_config(**ON))
   trainee = single.SingleRun(exp)
   multi_step = trainee.multi_step()
-  split = multi_step.resident
+  split = multi_step.resident_split
   assert split["image"].shape == (exp.length.num_train_examples, 8, 8, 1)
   assert split["image"].sharding.is_fully_replicated
   indices = trainee.put({"index": np.stack([next(trainee.train_stream(0))["index"]])})
-  assert trainee.calls_each_step  # a CNN on CPU: a list of one-step stacks (step.calls_each_step)
+  assert trainee.per_step  # a CNN on CPU: a list of one-step inputs (programs.calls_each_step)
   state = trainee.initial_state()
-  lowered = multi_step.jitted.lower(state, split, indices[0])
+  lowered = multi_step.program.lower(state, split, indices[0])
   shapes = [a.shape for a in jax.tree.leaves(lowered.args_info)]
   assert split["image"].shape in shapes  # an argument, not a constant of the program
   for _ in range(2):

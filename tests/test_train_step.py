@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from calib_jax import losses
-from calib_jax.training import crl, optim, parallel, state as state_lib, step as step_lib
+from calib_jax.training import crl, optim, parallel, programs, state as state_lib
+from calib_jax.training import step as step_lib
 
 
 class TinyNet(nn.Module):
@@ -45,9 +46,10 @@ def _train(model, mesh, batches, *, sam_rho=0.0, crl_weight=0.0, lr=0.1, momentu
   variables = model.init({"params": jax.random.key(0)}, batches[0]["image"][:1])
   state = parallel.replicate(
       state_lib.create(variables, tx, jax.random.key(1), crl_num_examples=16), mesh)
-  train_step = step_lib.jit_train_step(
+  train_step = programs.train_program(programs.of_train_step(
       step_lib.make_train_step(model, losses.get("ce"), tx, sched, sam_rho=sam_rho,
-                               crl_weight=crl_weight, steps_per_epoch=2), mesh)
+                               crl_weight=crl_weight, steps_per_epoch=2)),
+      programs.single_run_layout(mesh), per_step=True, resident=False)
   all_metrics = []
   for batch in batches:
     state, metrics = train_step(state, parallel.to_global(batch, mesh))

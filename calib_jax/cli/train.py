@@ -6,7 +6,7 @@
 (`python train.py ...` in a source checkout, `python -m calib_jax.cli.train ...` anywhere.)
 Running the same command again after an interruption continues from the newest checkpoint.
 SIGTERM (a preemption notice) finishes the step in flight, saves it, prints one line and exits
-with status 75 (EX_TEMPFAIL); see `calib_jax/training/preemption.py`.
+with status 75 (EX_TEMPFAIL); see `calib_jax/run/preemption.py`.
 The console shows the progress bar and the validation results; library logs go to
 `<workdir>/log.txt` (`--verbosity=0` or `--alsologtostderr` shows them on stderr as well).
 Before paying for a TPU slice or GPUs, `python -m calib_jax.dry_run --config=... --topology=...`
@@ -24,7 +24,8 @@ def main(argv: list[str]) -> None:
   from calib_jax.config import ConfigError
   from calib_jax.data.checks import DataError
   from calib_jax.experiment import WeightFileError
-  from calib_jax.training import checkpoint, loop, preemption, reporting
+  from calib_jax.training import checkpoint, reporting
+  from calib_jax.run import loop, preemption
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   workdir = flags.workdir()

@@ -21,6 +21,7 @@ recipe says and offer named variants (`calib_jax.config.variants`). Fields:
 * `eval`: settings of eval.py (bins, p-norm candidates, selective-classification operating
   points, context-only evaluation, class activation maps and confidence maps).
 """
+import difflib
 from typing import Any
 
 import ml_collections
@@ -47,10 +48,8 @@ def base_config() -> ml_collections.ConfigDict:
 
   The returned config is locked (`ml_collections.ConfigDict.lock`): setting a field the schema
   does not have raises, with ml_collections' "did you mean" hint; the free-form sub-dicts of
-  `FREE_FORM_FIELDS` stay open. The `data`, `optimizer`, `schedule` and `eval` sub-configs are
-  checked by the code that builds from them (`data_problems`, `optim.optimizer_problems`,
-  `optim.schedule_problems`, `evaluation.settings.eval_problems`), all at once by
-  `calib_jax.experiment.build`.
+  `FREE_FORM_FIELDS` stay open. Every field's values are checked in one place,
+  `calib_jax.experiment.problems`, all at once by `calib_jax.experiment.build`.
   """
   c = ml_collections.ConfigDict()
   c.seed = 0
@@ -95,7 +94,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Optimiser steps per compiled call (`lax.scan` over a stack of batches): the host's
   # per-call work (Python, dispatch, input transfer) is paid once per k steps. 0 = auto: the
   # largest k <= 16 dividing the logging, evaluation and checkpoint intervals, so that every
-  # call is full-length (one compile); 1 = one step per call. See `training/dispatch.py`.
+  # call is full-length (one compile); 1 = one step per call. See `run/dispatch.py`.
   c.steps_per_dispatch = 0
   # A population trained as one program (`calib_jax.sweep`): "field=v1,v2;field2=w1,w2" over
   # seed, loss_kwargs.<real hyper-parameter>, optimizer.learning_rate and
@@ -197,7 +196,6 @@ def _get(config: ml_collections.ConfigDict, dotted: str) -> Any:
 def _suggestions(name: str, fields: list[str]) -> list[str]:
   """Dotted `fields` a misspelt, abbreviated or moved `name` may mean: close spellings of the
   last part, initials ('lr' -> 'optimizer.learning_rate'), prefixes."""
-  import difflib
   by_leaf: dict[str, list[str]] = {}
   for field in fields:
     by_leaf.setdefault(field.rsplit(".", 1)[-1], []).append(field)

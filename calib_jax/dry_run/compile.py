@@ -32,7 +32,7 @@ from calib_jax.dry_run.topologies import Topology
 from calib_jax.config import schema
 from calib_jax.evaluation import validation
 from calib_jax.experiment import Experiment, build
-from calib_jax import sweep as sweep_lib
+from calib_jax.run import make_trainee
 from calib_jax.training import parallel
 from calib_jax.training import step as step_lib
 
@@ -227,7 +227,7 @@ def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
                   experiment: Experiment | None = None) -> TrainProgram:
   """The config's train step for `topology`, jitted as the loop jits it, and its abstract
   arguments: with `steps_per_call` k > 1 (or resident data, or a sweep) the k-step program of
-  `step.scan_steps` on a `[k, ...]` stack of batches, else one step. See `compile_config`.
+  `programs.train_program` on a `[k, ...]` stack of batches, else one step. See `compile_config`.
 
   `experiment`: the `TrainProgram.experiment` of an earlier call for the same config and
   topology, reused (its config and training-set size) instead of built again.
@@ -247,44 +247,28 @@ def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
   else:
     config, num_train_examples = experiment.config, experiment.data.num_train_examples()
   k = steps_per_call
-  batch_sharding = parallel.batch_sharded(experiment.mesh)
-  train_batch = shapes.abstract_batch(config, config.data.batch_size, batch_sharding,
-                                      train=True)
-  members = 1
   on_device = config.data.on_device
+  trainee = make_trainee(experiment)  # the loop's: the same step builder, the same program
+  # One step without a loop for a single run with host batches and k = 1 (what the loop's
+  # one-step calls compile); else the k-step program on a `[k, ...]` stack.
+  per_step = k == 1 and not on_device and not config.sweep
+  train_fn = trainee.program(per_step=per_step)
+  inputs_sharding = trainee.layout.inputs if per_step else trainee.layout.stack
+  if on_device:  # positions of the examples, which are resident
+    one_step_inputs = {"index": jax.ShapeDtypeStruct((config.data.batch_size,), jnp.int32)}
+  else:
+    one_step_inputs = shapes.abstract_batch(config, config.data.batch_size, None, train=True)
+  leading = () if per_step else (k,)
+  members = 1
+  if config.sweep:  # k steps of every member, on each stream's inputs `[k, S, ...]`
+    members, streams = trainee.size, len(trainee.stream_seeds)
+    leading = (k, streams)
+  train_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+      (*leading, *x.shape), x.dtype, sharding=inputs_sharding), one_step_inputs)
+  state = trainee.abstract_state()
+  member_state = experiment.abstract_state()
   resident = (_abstract_resident(config, num_train_examples, experiment.mesh) if on_device
               else None)
-  if on_device:  # positions of k steps, `[k, batch]`; the examples are resident
-    train_batch = {"index": jax.ShapeDtypeStruct(
-        (k, config.data.batch_size), jnp.int32,
-        sharding=parallel.stacked_batch_sharded(experiment.mesh))}
-  if config.sweep:  # k steps of every member: the population's program.
-    population = sweep_lib.Population(experiment)
-    members, streams = population.size, len(population.stream_seeds)
-    state = population.abstract_state()
-    train_fn = population.jitted_multi_step()
-    stack_sharding = population.stack_sharding()
-    train_batch = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((k, streams, *x.shape[on_device:]), x.dtype,
-                                       sharding=stack_sharding), train_batch)
-    member_state = experiment.abstract_state()
-  else:
-    schedule, tx = experiment.optimizer()
-    state = member_state = experiment.abstract_state()
-    train_step = step_lib.make_train_step(
-        experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
-        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
-    if on_device:
-      train_fn = step_lib.jit_multi_step(
-          step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0),
-          experiment.mesh, resident=True)
-    elif k > 1:
-      train_fn = step_lib.jit_multi_step(step_lib.scan_steps(train_step), experiment.mesh)
-      stacked = parallel.stacked_batch_sharded(experiment.mesh)
-      train_batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-          (k, *x.shape), x.dtype, sharding=stacked), train_batch)
-    else:
-      train_fn = step_lib.jit_train_step(train_step, experiment.mesh)
   args = (state, resident, train_batch) if on_device else (state, train_batch)
   return TrainProgram(experiment=experiment, jitted=train_fn, args=args,
                       member_state=member_state, members=members,

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import re
 
-from calib_jax.dry_run import chips
+from calib_jax.dry_run import chips, gpu_targets
 
 _TPU_SHAPE = re.compile(r"^\d+(x\d+){1,2}$")
 _GPU_SHAPE = re.compile(r"^(?:(\d+)x)?(\d+)$")
@@ -105,7 +105,6 @@ def _tpu_devices(name: str) -> tuple:
 
 
 def _gpu_devices(name: str, chip: chips.Chip, shape: str) -> tuple:
-  from calib_jax.dry_run import gpu_targets  # pylint: disable=import-outside-toplevel
   hosts, per_host = _GPU_SHAPE.match(shape).groups()
   try:
     import jax_cuda12_plugin  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel

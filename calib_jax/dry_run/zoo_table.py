@@ -8,6 +8,8 @@ import os
 import re
 from typing import Any, Callable
 
+from calib_jax.config import files as config_lib
+
 # Forward multiply-accumulates per example at 224x224, and the passes a training step makes:
 # forward + backward ≈ 3 forwards; SAM (sam_rho > 0) takes two gradients per step.
 # ResNet-50: 4.1 GMACs (He et al. 2016, Table 1: 3.8e9 FLOPs counted as multiply-adds, 4.1e9
@@ -70,7 +72,6 @@ HEADER = (
 
 def table(json_dir: str, rows: list, row_file: Callable[..., str]) -> str:
   """The zoo table: one row per `(config, topology, overrides)` whose JSON exists."""
-  from calib_jax.config import files as config_lib  # pylint: disable=import-outside-toplevel
   package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   lines, missing = [HEADER], []
   for spec, topology, overrides in rows:

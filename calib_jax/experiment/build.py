@@ -24,7 +24,9 @@ import ml_collections
 import optax
 
 from calib_jax.config import schema
-from calib_jax.experiment import checks, weights
+from calib_jax import data, losses
+from calib_jax.experiment import problems as problems_lib
+from calib_jax.experiment import weights
 from calib_jax.experiment.data import DataRecipe
 from calib_jax.sweep import spec as sweep_spec
 from calib_jax.training import optim, parallel, state as state_lib
@@ -159,8 +161,8 @@ def build(config: ml_collections.ConfigDict, *,
   """Checks `config` while building its experiment; see the module docstring.
 
   The config passes through each module once or twice, in one direction: the shallow checks
-  of every sub-config (`checks.config_problems`), then the registries (loss, dataset), the
-  data recipe, the model, and the checks that need the dataset (`checks.task_problems`). A
+  of every sub-config (`problems.config_problems`), then the registries (loss, dataset), the
+  data recipe, the model, and the checks that need the dataset (`problems.task_problems`). A
   registry's own error (an unknown name with the valid ones, a rejected argument) becomes one
   line of the `ConfigError`.
 
@@ -172,12 +174,11 @@ def build(config: ml_collections.ConfigDict, *,
   Raises:
     ConfigError: (a `ValueError`) listing every problem of the config, one per line.
   """
-  from calib_jax import data, losses  # Deferred: `data` imports TensorFlow.
   num_devices = len(jax.devices() if devices is None else devices)
   problems, member_shards = sweep_spec.check(config, num_devices)
   mesh = parallel.make_mesh(devices, member_shards)
   # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
-  problems = checks.config_problems(config, num_devices // member_shards) + problems
+  problems = problems_lib.config_problems(config, num_devices // member_shards) + problems
   loss_fn = meta = data_recipe = recipe = model = None
   try:
     # Real hyper-parameters hidden from the compiler, as a sweep's traced ones are: a single
@@ -191,13 +192,13 @@ def build(config: ml_collections.ConfigDict, *,
     problems.append(str(e))
   if meta is not None:
     data_recipe = DataRecipe(config.data, meta)
-    problems += data_recipe.option_problems()
+    problems += problems_lib.option_problems(data_recipe)
     try:
       recipe = weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta)
       model = recipe.build()
     except (ValueError, TypeError) as e:
       problems.append(str(e) if str(e).startswith("unknown model") else
                       f"model {config.model!r}: {e}")
-    problems += checks.task_problems(config, meta)
+    problems += problems_lib.task_problems(config, meta)
   schema.raise_if_problems(problems)
   return Experiment(config, mesh, data_recipe, recipe, model, loss_fn)

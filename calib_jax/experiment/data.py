@@ -13,31 +13,17 @@ import jax
 import ml_collections
 import numpy as np
 
+from calib_jax import data
+from calib_jax.config import schema
+from calib_jax.data import resident
 from calib_jax.training import parallel
+from calib_jax.training import step
 
 ROLES = ("train", "val", "test")
 
 # The share of one device's memory a resident training split may take (`data.on_device`): the
 # parameters, optimiser state, activations and the batches' temporaries need the rest.
 RESIDENT_MAX_SHARE = 0.5
-
-
-def data_problems(data_config: ml_collections.ConfigDict, num_devices: int) -> list[str]:
-  """What is wrong with a `data` sub-config, short of its dataset (batch sizes the devices
-  cannot split, split overrides that are not tfds split strings)."""
-  problems = []
-  for field in ("batch_size", "eval_batch_size"):
-    value = data_config[field]
-    if value <= 0:
-      problems.append(f"data.{field} must be > 0, got {value}")
-    elif value % num_devices:
-      problems.append(f"data.{field}={value} is not divisible by the number of devices "
-                      f"({num_devices}); the batch is split evenly across them")
-  for role, tfds_split in data_config.splits.items():
-    if role not in ROLES or not isinstance(tfds_split, str) or not tfds_split:
-      problems.append(f"data.splits.{role}={tfds_split!r}: keys must be 'train', 'val' or "
-                      "'test' and values tfds split strings such as 'train[:50000]'")
-  return problems
 
 
 class DataRecipe:
@@ -59,26 +45,6 @@ class DataRecipe:
     self._num_train_examples = int(num_train_examples)
     self._example = example_input
 
-  def option_problems(self) -> list[str]:
-    """Options the dataset's pipeline rejects: every split's, then the training split's (a
-    problem is reported once); with `on_device`, a training processing that draws at random
-    (it could not be read once)."""
-    from calib_jax import data  # Deferred: imports TensorFlow.
-    for field, options in (("options", self.config.options.to_dict()),
-                           ("train_options", self.train_options())):
-      try:
-        data.PipelineOptions.create(self.meta, options)
-      except (ValueError, TypeError) as e:
-        return [f"data.{field}: {e}"]
-    if self.config.on_device:
-      from calib_jax.data import resident
-      randomness = resident.random_options(self.config.name, **self.train_options())
-      if randomness:
-        return [f"data.on_device needs a training processing without randomness; "
-                f"{self.config.name}'s has {', '.join(randomness)} (override in "
-                "data.train_options, or set data.on_device=False)"]
-    return []
-
   def split(self, role: str) -> str:
     """The split to read for `role` ('train', 'val' or 'test').
 
@@ -88,7 +54,6 @@ class DataRecipe:
     (`data.tfds_split`)."""
     if role not in self.config.splits:
       return role
-    from calib_jax import data  # Deferred: imports TensorFlow.
     return data.tfds_split(self.config.splits[role])
 
   def train_options(self) -> dict[str, Any]:
@@ -101,7 +66,6 @@ class DataRecipe:
     pipeline itself for the same split, data dir and options as `train_stream`. Prepares a
     locally built dataset on first use."""
     if self._num_train_examples is None:
-      from calib_jax import data
       self._num_train_examples = data.num_examples(
           self.config.name, self.split("train"), data_dir=self.config.dir,
           **self.train_options())
@@ -110,8 +74,6 @@ class DataRecipe:
   def example_input(self) -> np.ndarray:
     """One real training input, batch of 1 (its shape and dtype initialise the model)."""
     if self._example is None:
-      from calib_jax import data
-      from calib_jax.training import step
       dataset = data.make_dataset(self.config.name, self.split("train"), batch_size=1,
                                   train=False, data_dir=self.config.dir,
                                   **{**self.config.options.to_dict(), "max_examples": 1})
@@ -127,7 +89,6 @@ class DataRecipe:
       seed: the run's seed (the order of the examples).
       return_index: also yield each example's position in the split (`index`, for CRL).
     """
-    from calib_jax import data
     options = self.train_options()
     if return_index:
       options["return_index"] = True
@@ -141,7 +102,6 @@ class DataRecipe:
     """This process's share of the training stream as example positions, `{'index': [B]}`
     per batch: `train_stream(..., return_index=True)['index']` without reading an example
     (`data.resident.train_order`), for a training split resident on the devices."""
-    from calib_jax.data import resident
     return iter(resident.train_order(
         self.config.name, self.split("train"),
         batch_size=parallel.local_batch_size(self.config.batch_size), seed=seed,
@@ -159,8 +119,6 @@ class DataRecipe:
       ConfigError: the split would take more than `RESIDENT_MAX_SHARE` of `memory_bytes` (one
         line, checked from the shapes before any image is decoded).
     """
-    from calib_jax.config import schema
-    from calib_jax.data import resident
     options = {k: v for k, v in self.train_options().items() if k != "return_index"}
     name, split = self.config.name, self.split("train")
     if memory_bytes:
@@ -191,7 +149,6 @@ class DataRecipe:
                       options: dict[str, Any]) -> Iterator[dict[str, jax.Array]]:
     """One evaluation pass over `name`'s tfds `split`, this host's share of each global batch
     of `eval_batch_size` read here and assembled over `mesh`."""
-    from calib_jax import data
     if max_examples > 0:
       options = {**options, "max_examples": int(max_examples)}
     stream = data.make_dataset(

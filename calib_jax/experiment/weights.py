@@ -61,18 +61,6 @@ def model_recipe(name: str, model_kwargs: ml_collections.ConfigDict, dtype: str,
   return ModelRecipe(name, meta.num_classes, kwargs)
 
 
-def pretrained_problems(pretrained: str | None, model_name: str) -> list[str]:
-  """What is wrong with `config.pretrained` for model `model_name` (before anything is read)."""
-  if not pretrained:
-    return []
-  if not os.path.exists(os.path.expanduser(pretrained)):
-    return [f"pretrained={pretrained!r} does not exist"]
-  if torch_import.is_torch_file(pretrained) and torch_import.torch_layout(model_name) is None:
-    return [f"pretrained={pretrained!r} is a PyTorch file, but model {model_name!r} has no "
-            f"PyTorch converter; models with one: {', '.join(torch_import.torch_models())}"]
-  return []
-
-
 def read_weight_file(recipe: ModelRecipe, path: str, field: str) -> dict[str, Any]:
   """The variables in the weight file `path`, for the recipe's model.
 

@@ -153,7 +153,7 @@ def fit_calibrator(name: str, val_logits: ArrayLike, val_labels: ArrayLike,
     val_labels: held-out integer labels `[...]`.
     mask: optional bool `[...]`; False entries are ignored.
     **kw: the named calibrator's options (e.g. `odir_lambda` for `matrix`, `num_bins` for
-      `histogram`); see docs/metrics.md.
+      `histogram`); see docs/posthoc.md.
 
   Returns:
     A `Calibrator` mapping logits to calibrated probabilities.

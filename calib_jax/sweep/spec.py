@@ -23,6 +23,9 @@ from typing import Any
 
 import ml_collections
 
+from calib_jax import losses
+from calib_jax.losses.hparams import Real
+
 OPTIMIZER_FIELDS = ("optimizer.learning_rate", "optimizer.weight_decay")
 MEMBERS_AS = ("auto", "vmap", "map", "unroll")  # config.sweep_members_as (see `population`)
 
@@ -69,7 +72,6 @@ def overrides_label(overrides: dict[str, Any]) -> str:
 def _loss_specs(loss: str) -> dict[str, Any]:
   """The loss's hyper-parameter specs (`losses.hparam_specs`); {} for an unknown loss, which
   `experiment.build` reports through the loss registry."""
-  from calib_jax import losses
   try:
     return losses.hparam_specs(loss)
   except ValueError:
@@ -77,7 +79,6 @@ def _loss_specs(loss: str) -> dict[str, Any]:
 
 
 def _sweepable(specs: dict[str, Any]) -> list[str]:
-  from calib_jax.losses.hparams import Real
   return ["seed", *(f"loss_kwargs.{k}" for k, v in specs.items() if isinstance(v, Real)),
           *OPTIMIZER_FIELDS]
 

@@ -15,7 +15,7 @@ as the papers' tables report.
 """
 import json
 import os
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -25,20 +25,6 @@ from calib_jax.sweep import spec
 
 SWEEP_FILE = "sweep.json"
 REPORTED = ("accuracy", "ece", "nll", "ece_ts", "nll_ts")
-
-
-def _logits(experiment: Any, predict: Callable, variables: Any, role: str
-            ) -> tuple[np.ndarray, np.ndarray]:
-  """The split's logits `[N, C]` and labels `[N]` on the host (padding removed)."""
-  logits, labels = [], []
-  for batch in experiment.data.eval_stream(role, experiment.mesh,
-                                           max_examples=experiment.config.eval.max_examples):
-    valid = np.asarray(batch["mask"]).astype(bool)
-    logits.append(np.asarray(predict(variables, batch))[valid])
-    labels.append(np.asarray(batch["label"])[valid])
-  num_classes = experiment.meta.num_classes
-  return (np.concatenate(logits).reshape(-1, num_classes),
-          np.concatenate(labels).reshape(-1))
 
 
 def _scores(logits: np.ndarray, labels: np.ndarray, temperature: float,
@@ -52,15 +38,11 @@ def _scores(logits: np.ndarray, labels: np.ndarray, temperature: float,
           "nll_ts": float(metrics.nll(logits / temperature, labels, from_logits=True))}
 
 
-def member_results(experiment: Any, predict: Callable, variables: Any
-                   ) -> dict[str, dict[str, float]]:
-  """One member's `{"val": {...}, "test": {...}}` (see the module docstring) from its
-  `variables` and the jitted `predict(variables, batch)` (`step.make_predict_fn`);
-  classification only."""
-  num_bins = experiment.config.eval.num_bins
-  val_logits, val_labels = _logits(experiment, predict, variables, "val")
+def member_results(val_logits: np.ndarray, val_labels: np.ndarray, test_logits: np.ndarray,
+                   test_labels: np.ndarray, num_bins: int) -> dict[str, dict[str, float]]:
+  """One member's `{"val": {...}, "test": {...}}` (see the module docstring) from its logits
+  `[N, C]` and labels `[N]` on the validation and test splits; classification only."""
   temperature = posthoc.fit_temperature(val_logits, val_labels)
-  test_logits, test_labels = _logits(experiment, predict, variables, "test")
   val = _scores(val_logits, val_labels, temperature, num_bins)
   val["temperature"] = temperature
   return {"val": val, "test": _scores(test_logits, test_labels, temperature, num_bins)}

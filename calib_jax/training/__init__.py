@@ -1,26 +1,11 @@
-"""The training program behind `train.py`.
+"""The train step's parts: what one optimiser step is, and how it is compiled and saved.
 
-    from calib_jax import training
-    state = training.train_and_evaluate(config, workdir)    # train (resumes if possible)
-
-Modules: `loop` (`train_and_evaluate`), `step` (the jit-compiled train and predict steps),
-`state` (`TrainState`), `optim` (optimisers and schedules), `parallel` (device mesh),
-`crl` (correctness ranking loss), `checkpoint` (orbax), `preemption` (SIGTERM),
-`reporting` (progress line, metrics, TensorBoard). The config schema is `calib_jax.config`,
-building a config into a model, loss and data streams `calib_jax.experiment`, and evaluation
-`calib_jax.evaluation`.
+Modules: `step` (the train and predict steps), `programs` (the one step builder: k steps per
+call or one, host batches or a resident split), `state` (`TrainState`), `optim` (optimisers and
+schedules), `parallel` (device mesh), `crl` (correctness ranking loss), `checkpoint` (orbax),
+`reporting` (progress line, metrics, TensorBoard). The loop that runs them is `calib_jax.run`
+(`run.train_and_evaluate`); this package imports nothing above it.
 """
-import importlib
+from calib_jax.training.state import TrainState
 
-_LAZY = {
-    "train_and_evaluate": ("calib_jax.training.loop", "train_and_evaluate"),
-    "NonFiniteLossError": ("calib_jax.training.loop", "NonFiniteLossError"),
-    "TrainState": ("calib_jax.training.state", "TrainState"),
-}
-
-
-def __getattr__(name):
-  if name in _LAZY:
-    module, attr = _LAZY[name]
-    return getattr(importlib.import_module(module), attr)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["TrainState"]

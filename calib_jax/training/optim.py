@@ -92,29 +92,6 @@ def make_schedule(
   return schedule
 
 
-def schedule_problems(schedule: Any) -> list[str]:
-  """What is wrong with a config's `schedule` sub-config (`calib_jax.config.base_config`)."""
-  problems = []
-  if schedule.name not in SCHEDULES:
-    problems.append(f"unknown schedule {schedule.name!r}; valid schedules: "
-                    f"{', '.join(SCHEDULES)}")
-  boundaries = list(schedule.boundaries_epochs)
-  for ok, message in (
-      (schedule.warmup_epochs >= 0, f"schedule.warmup_epochs must be >= 0, got "
-       f"{schedule.warmup_epochs}"),
-      (schedule.decay_factor > 0, f"schedule.decay_factor must be > 0, got "
-       f"{schedule.decay_factor}"),
-      (schedule.poly_power > 0, f"schedule.poly_power must be > 0, got {schedule.poly_power}"),
-      (schedule.time_decay >= 0, f"schedule.time_decay must be >= 0 (0 = off), got "
-       f"{schedule.time_decay}"),
-      (all(b >= 0 for b in boundaries) and boundaries == sorted(boundaries),
-       f"schedule.boundaries_epochs must be non-negative and ascending, got "
-       f"{tuple(boundaries)}")):
-    if not ok:
-      problems.append(message)
-  return problems
-
-
 def schedule_from_config(schedule: Any, *, base_lr: float, total_steps: int,
                          steps_per_epoch: int) -> optax.Schedule:
   """`make_schedule` from a config's `schedule` sub-config (checked by `schedule_problems`, which
@@ -198,30 +175,6 @@ def make_optimizer(
   chain.append(optax.scale_by_learning_rate(learning_rate))
   chain.append(_scale_by_top_level_multiplier(dict(lr_multipliers or {})))
   return optax.chain(*chain)
-
-
-def optimizer_problems(optimizer: Any) -> list[str]:
-  """What is wrong with a config's `optimizer` sub-config (`calib_jax.config.base_config`)."""
-  o = optimizer
-  problems = []
-  if o.name not in OPTIMIZERS:
-    problems.append(f"unknown optimizer {o.name!r}; valid optimizers: {', '.join(OPTIMIZERS)}")
-  for ok, message in (
-      (o.learning_rate > 0, f"optimizer.learning_rate must be > 0, got {o.learning_rate}"),
-      (0 <= o.momentum < 1, f"optimizer.momentum must be in [0, 1), got {o.momentum}"),
-      (o.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {o.weight_decay}"),
-      (0 <= o.b1 < 1 and 0 <= o.b2 < 1,
-       f"optimizer.b1/b2 must be in [0, 1), got {o.b1}, {o.b2}"),
-      (o.eps > 0, f"optimizer.eps must be > 0, got {o.eps}"),
-      (o.grad_clip_norm >= 0, f"optimizer.grad_clip_norm must be >= 0 (0 = off), got "
-       f"{o.grad_clip_norm}"),
-      (o.sam_rho >= 0, f"optimizer.sam_rho must be >= 0 (0 = off), got {o.sam_rho}")):
-    if not ok:
-      problems.append(message)
-  for key, value in o.lr_multipliers.items():
-    if not value >= 0:
-      problems.append(f"optimizer.lr_multipliers[{key!r}] must be >= 0, got {value}")
-  return problems
 
 
 def optimizer_from_config(optimizer: Any, schedule: optax.Schedule, *,

@@ -57,7 +57,7 @@ def train_and_dump(workdir: str, name: str, variant: str, seed: int) -> str:
   """Trains (or resumes) one model and writes its logits file (kept if it exists)."""
   from calib_jax import experiment as experiment_lib
   from calib_jax.evaluation import run as evaluation
-  from calib_jax.training import loop
+  from calib_jax.run import loop
   path = os.path.abspath(run_dir(workdir, name, seed))
   target = os.path.join(path, LOGITS_FILE)
   if os.path.exists(target):

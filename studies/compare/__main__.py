@@ -10,7 +10,7 @@ validation split, metrics on the test split). A run whose `eval_test/metrics.jso
 retrained (delete its directory to redo it), so an interrupted study continues where it stopped.
 
 Writes to `--out_dir`:
-* `results.md`: per dataset, mean ± std over seeds (sample std) of accuracy, ECE, AECE,
+* `compare.md`: per dataset, mean ± std over seeds (sample std) of accuracy, ECE, AECE,
   classwise ECE, NLL before and after temperature scaling, the fitted T, the selective metrics
   (AURC, E-AURC, coverage at 5 % risk) of MSP, max logit and max-logit p-norm, context-only
   confidence where evaluated, and the papers' claims checked seed by seed;

@@ -266,7 +266,7 @@ def cpu_name() -> str:
 
 def write_report(workdir: str, out_dir: str, all_runs: dict[str, dict[str, list[Results]]],
                  seeds: Sequence[int], command: str) -> str:
-  """Writes `results.md` and the reliability figures; returns the report text."""
+  """Writes `compare.md` and the reliability figures; returns the report text."""
   os.makedirs(out_dir, exist_ok=True)
   train_s = sum(r.get("timing", {}).get("train_s", 0.0) + r.get("timing", {}).get("eval_s", 0.0)
                 for runs in all_runs.values() for results in runs.values() for r in results)
@@ -286,6 +286,6 @@ def write_report(workdir: str, out_dir: str, all_runs: dict[str, dict[str, list[
   for dataset, runs in all_runs.items():
     parts += [f"{dataset}:", "", claims_table(runs), ""]
   text = "\n".join(parts)
-  with open(os.path.join(out_dir, "results.md"), "w") as f:
+  with open(os.path.join(out_dir, "compare.md"), "w") as f:
     f.write(text)
   return text

@@ -26,7 +26,7 @@ def train_and_evaluate_cell(workdir: str, dataset: str, loss: str, seed: int) ->
   """
   from calib_jax import config as config_lib
   from calib_jax.evaluation import run as evaluate
-  from calib_jax.training import loop
+  from calib_jax.run import loop
 
   path = os.path.abspath(run_dir(workdir, dataset, loss, seed))
   metrics_file = os.path.join(evaluate.eval_dir(path, "test"), evaluate.RESULTS_FILE)

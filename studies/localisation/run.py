@@ -18,7 +18,8 @@ def run_cell(workdir: str, loss: str, seed: int) -> Results:
   """Trains (unless checkpointed) and evaluates (unless scored) one run; its metrics.json."""
   from calib_jax import config as config_lib
   from calib_jax.evaluation import run as evaluate
-  from calib_jax.training import checkpoint, loop
+  from calib_jax.training import checkpoint
+  from calib_jax.run import loop
   path = os.path.abspath(os.path.join(workdir, loss, f"seed{seed}"))
   metrics_file = os.path.join(evaluate.eval_dir(path, "test"), evaluate.RESULTS_FILE)
   if os.path.exists(metrics_file):
@@ -41,7 +42,8 @@ def train_segmenter(workdir: str, steps: int) -> Results:
   from calib_jax import models
   from calib_jax import config as config_lib
   from calib_jax.evaluation import run as evaluate
-  from calib_jax.training import checkpoint, loop
+  from calib_jax.training import checkpoint
+  from calib_jax.run import loop
 
   class BenchFCN(nn.Module):
     """conv 16 - conv 32 (dilation 2) - conv 32 (dilation 4), BN-ReLU each, 1x1 'head'."""

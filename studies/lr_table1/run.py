@@ -23,7 +23,7 @@ def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
   """Trains and evaluates one run (resuming it if interrupted) and writes its summary."""
   from calib_jax import config as config_lib
   from calib_jax.evaluation import report, run as evaluate
-  from calib_jax.training import loop
+  from calib_jax.run import loop
 
   config = config_lib.load_config_file(f"{study_config.__file__}:{variant}")
   config.seed = seed
@@ -102,7 +102,7 @@ def run_study(workdir: str, out_dir: str, seeds: list[int], max_minutes: float =
       print(f"time budget reached; {_runs(len(todo))} left", flush=True)
       break
     variant, seed = todo[0]
-    from calib_jax.training import preemption
+    from calib_jax.run import preemption
     try:
       summary = run_one(variant, seed, workdir, out_dir)
     except preemption.Preempted as e:  # SIGTERM: the run saved its step; rerun to resume.

@@ -99,7 +99,7 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
   wall time over all its sessions (`_training_seconds`) divided by its members."""
   from calib_jax import config as config_lib
   from calib_jax.evaluation import report, run as evaluate
-  from calib_jax.training import loop
+  from calib_jax.run import loop
 
   variant, text, members, split = item
   config = config_lib.load_config_file(f"{study_config.__file__}:{variant}")
@@ -139,7 +139,7 @@ def run_sweeps(workdir: str, out_dir: str, seeds: list[int], max_minutes: float,
                 start: float, max_members: int = 0) -> int:
   """Runs `sweep_plan` until it is empty or `max_minutes` (from `start`) have passed,
   rewriting the report after each sweep; returns 0 or the preemption exit code."""
-  from calib_jax.training import preemption
+  from calib_jax.run import preemption
   from studies.lr_table1.report import write_report
   while todo := sweep_plan(out_dir, seeds, max_members):
     if max_minutes and time.monotonic() - start > 60 * max_minutes:

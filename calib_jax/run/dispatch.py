@@ -1,6 +1,6 @@
 """Several optimiser steps per compiled call, and their batches on the devices ahead of time.
 
-A call of the training program (`step.scan_steps`) runs k steps on a `[k, batch, ...]` stack
+A call of the training program (`programs.train_program`) runs k steps on a `[k, batch, ...]` stack
 of batches. The host's work per call (the Python loop, the dispatch, stacking and
 transferring the input) is then paid once per k steps, and `Prefetcher` does the stacking and
 the transfer in a background thread while the devices compute, `depth` calls ahead (as flax's

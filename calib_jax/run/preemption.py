@@ -23,6 +23,7 @@ import types
 
 import jax
 from absl import logging
+from jax.experimental import multihost_utils
 
 # EX_TEMPFAIL of sysexits.h: "a temporary failure; the user is invited to retry".
 PREEMPTED_EXIT_CODE = 75
@@ -59,7 +60,6 @@ class Watch:
   def reached(self, step: int) -> bool:
     """Whether to save `step` (just completed) and stop; call it after every step."""
     if self._multiprocess:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
       if multihost_utils.reached_preemption_sync_point(step):
         self._noticed = True
     if self._noticed:

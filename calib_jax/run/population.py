@@ -1,4 +1,4 @@
-"""A sweep's population trained as one program: the members' states stacked on a leading axis,
+"""A sweep's population trained as one program (a `trainee.Trainee` of the loop): the members' states stacked on a leading axis,
 the train step applied to every member (`jax.vmap` on accelerators; on CPU `lax.map` or the
 members unrolled, `members_as`), their hyper-parameters as traced arrays.
 
@@ -33,8 +33,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from calib_jax import losses
 from calib_jax.evaluation import validation
+from calib_jax.experiment import Experiment
+from calib_jax.run import inputs
+from calib_jax.run.trainee import Failure, Record
 from calib_jax.sweep import spec, summary
-from calib_jax.training import parallel, single
+from calib_jax.training import parallel, programs
 from calib_jax.training import step as step_lib
 from calib_jax.training import state as state_lib
 
@@ -61,7 +64,7 @@ def _unrolled(member_step, states, values, batches, *, shared_batch: bool):
   of the stacked state. Each member's step is its single run's step, with its own unbatched
   convolutions: what XLA:CPU runs fastest. `vmap` would make them grouped convolutions (2.9x
   slower per member-step for the small CNN on CPU) and `lax.map` would put them in a loop body
-  (`step.calls_each_step`). The program grows with P (one copy of the step per member), not
+  (`programs.calls_each_step`). The program grows with P (one copy of the step per member), not
   with k: the loop calls it once per step."""
   size = jax.tree.leaves(states)[0].shape[0]
   outputs = [member_step(member_tree(states, i), member_tree(values, i),
@@ -87,7 +90,7 @@ def members_as(requested: str, mesh: jax.sharding.Mesh, calls_each_step: bool) -
   """`config.sweep_members_as` resolved. "auto" on CPU devices is "map" for a model without
   convolutions (each member's state stays in the caches over its k steps: 1.08-1.10x the
   sequential runs' member-steps/s on the Fashion-MNIST MLP, against 0.65-0.87x for `vmap`,
-  BENCHMARKS.md) and "unroll" for a convolutional one (`step.calls_each_step`: its member loop
+  BENCHMARKS.md) and "unroll" for a convolutional one (`programs.calls_each_step`: its member loop
   would be a loop body, and `vmap` makes grouped convolutions); elsewhere "vmap" (an
   accelerator's batched products)."""
   if requested != "auto":
@@ -100,7 +103,7 @@ def members_as(requested: str, mesh: jax.sharding.Mesh, calls_each_step: bool) -
 class Population:
   """The members of `experiment.config.sweep`, trained together (see the module docstring)."""
 
-  def __init__(self, experiment: Any):
+  def __init__(self, experiment: Experiment):
     self.experiment = experiment
     self.config = config = experiment.config
     self.sweep = spec.parse(config)
@@ -118,10 +121,19 @@ class Population:
     self._bind_loss = losses.traced(config.loss, **config.loss_kwargs.to_dict())
     self._validator = validation.ValidationEvaluator(experiment)
     # The loop calls the one-step program per step on CPU for convolutional models.
-    self.calls_each_step = step_lib.calls_each_step(experiment.mesh,
-                                                    experiment.abstract_state().params)
-    self.members_as = members_as(config.sweep_members_as, experiment.mesh,
-                                 self.calls_each_step)
+    self.per_step = programs.calls_each_step(experiment.mesh,
+                                             experiment.abstract_state().params)
+    self.members_as = members_as(config.sweep_members_as, experiment.mesh, self.per_step)
+    mesh = experiment.mesh
+    # The stacked state: replicated, or split along the members on a 2-D mesh
+    # (`sweep_member_shards` > 1); each stream's batches `[k, S, batch, ...]` split along their
+    # batch axis.
+    self.layout = programs.Layout(
+        state=(NamedSharding(mesh, PartitionSpec(parallel.MEMBER_AXIS))
+               if parallel.MEMBER_AXIS in mesh.axis_names else parallel.replicated(mesh)),
+        inputs=NamedSharding(mesh, PartitionSpec(None, parallel.DATA_AXIS)),
+        stack=NamedSharding(mesh, PartitionSpec(None, None, parallel.DATA_AXIS)),
+        replicated=parallel.replicated(mesh))
 
   # -- One member's optimiser and loss from its (traced) values.
 
@@ -140,42 +152,33 @@ class Population:
   def _member_values(self, index: int) -> dict[str, jax.Array]:
     return {f: jnp.asarray(v[index]) for f, v in self.values.items()}
 
-  # -- The trainee interface of `training.single`.
-
-  def state_sharding(self) -> NamedSharding:
-    """The stacked state's sharding: replicated, or split along the members on a 2-D mesh
-    (`sweep_member_shards` > 1)."""
-    mesh = self.experiment.mesh
-    if parallel.MEMBER_AXIS in mesh.axis_names:
-      return NamedSharding(mesh, PartitionSpec(parallel.MEMBER_AXIS))
-    return parallel.replicated(mesh)
+  # -- The `trainee.Trainee` interface.
 
   def initial_state(self) -> state_lib.TrainState:
     seeds = self.sweep.seeds(self.config.seed)
     states = [self.experiment.initial_state(seed, self._optimizer(self._member_values(i))[1])
               for i, seed in enumerate(seeds)]
-    return jax.device_put(stack_trees(states), self.state_sharding())
+    return jax.device_put(stack_trees(states), self.layout.state)
 
   def abstract_state(self) -> state_lib.TrainState:
     member = self.experiment.abstract_state(tx=self._optimizer(self._member_values(0))[1])
-    sharding = self.state_sharding()
+    sharding = self.layout.state
     return jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((self.size, *x.shape), x.dtype, sharding=sharding),
         member)
 
-  def multi_step(self):
-    """The compiled population step (`jitted_multi_step`), with the resident training split
-    bound to it when `data.on_device` (read here)."""
-    call = self.jitted_multi_step(one_step=self.calls_each_step)
-    if self.config.data.on_device:
-      call = single.bind_resident(call, single.resident_split(self.experiment))
-    return step_lib.each_step_calls(call) if self.calls_each_step else call
+  def multi_step(self) -> programs.MultiStep:
+    """The compiled population step, with the resident training split bound to it when
+    `data.on_device` (read here)."""
+    resident = (inputs.resident_split(self.experiment) if self.config.data.on_device
+                else None)
+    return programs.loop_call(self.program(per_step=self.per_step), per_step=self.per_step,
+                              resident_split=resident)
 
-  def jitted_multi_step(self, one_step: bool = False):
-    """`(states, stacks) -> (states, metrics)`; with `data.on_device`
-    `(states, resident split, stacks of positions)` (what the dry run compiles). With
-    `one_step`, the program of one step without a loop, its batches `[S, batch, ...]`
-    (`step.calls_each_step`)."""
+  def program(self, *, per_step: bool) -> Any:
+    """`(states, [resident split,] inputs) -> (states, metrics)`: k steps on stacks of stream
+    inputs `[k, S, batch, ...]`, or (`per_step`) one step on `[S, batch, ...]`, every member at
+    once; the metrics come back `[k, P]` (`[P]` per step)."""
     experiment, config = self.experiment, self.config
     steps_per_epoch = experiment.length.steps_per_epoch
     values = {f: jnp.asarray(v) for f, v in self.values.items()}
@@ -189,93 +192,58 @@ class Population:
           steps_per_epoch=steps_per_epoch)
       return train_step(state, batch)
 
-    all_members = _unrolled if self.members_as == "unroll" else _vectorized
+    def stream_inputs(stream, stream_inputs_):
+      return jax.tree.map(lambda x: x[stream], stream_inputs_)
 
-    def population_step(states, batches):
-      """`batches`: one batch per stream `[S, batch, ...]`; metrics come back `[P]` each."""
-      if len(self.stream_seeds) == 1:
-        shared = jax.tree.map(lambda x: x[0], batches)
-        return all_members(member_step, states, values, shared, shared_batch=True)
-      own = jax.tree.map(lambda x: x[stream_of], batches)
-      return all_members(member_step, states, values, own, shared_batch=False)
+    if self.members_as == "map":
+      def member_one_step(state, member_values, stream, step_inputs, load):
+        """One member's step on its stream's share of `step_inputs` `[S, batch, ...]`."""
+        return member_step(state, member_values, load(stream_inputs(stream, step_inputs)))
 
-    keep_index = config.crl_weight > 0
+      def one_step(states, step_inputs, load):
+        return jax.lax.map(lambda a: member_one_step(*a, step_inputs, load),
+                           (states, values, stream_of))
 
-    def member_one_step(state, member_values, stream, batches, resident=None):
-      """`map`: one member's step on its stream's batch of `batches` `[S, batch, ...]`."""
-      batch = jax.tree.map(lambda x: x[stream], batches)
-      if resident is not None:
-        batch = step_lib.gather_batch(resident, batch, keep_index=keep_index)
-      return member_step(state, member_values, batch)
+      def k_steps(states, stack, load):
+        def member_steps(state, member_values, stream):
+          return jax.lax.scan(
+              lambda s, step_inputs: member_one_step(s, member_values, stream, step_inputs,
+                                                     load), state, stack)
+        return _member_after_member(member_steps, states, values, stream_of)
+    else:  # vmap or unroll: every member at once on the loaded stream batches
+      all_members = _unrolled if self.members_as == "unroll" else _vectorized
+      k_steps = None
 
-    def member_steps(state, member_values, stream, stacks, resident=None):
-      """`map`: one member's k steps on its stream's batches of `stacks` `[k, S, batch, ...]`."""
-      return jax.lax.scan(
-          lambda s, batches: member_one_step(s, member_values, stream, batches, resident),
-          state, stacks)
+      def one_step(states, step_inputs, load):
+        batches = load(step_inputs)  # one batch per stream `[S, batch, ...]`
+        if len(self.stream_seeds) == 1:
+          shared = jax.tree.map(lambda x: x[0], batches)
+          return all_members(member_step, states, values, shared, shared_batch=True)
+        own = jax.tree.map(lambda x: x[stream_of], batches)
+        return all_members(member_step, states, values, own, shared_batch=False)
 
-    if self.members_as != "map" and one_step:  # vmap or unroll
-      multi_step = (step_lib.resident_step(population_step, keep_index=keep_index)
-                    if config.data.on_device else population_step)
-    elif self.members_as != "map":
-      multi_step = (step_lib.resident_steps(population_step, keep_index=keep_index)
-                    if config.data.on_device else step_lib.scan_steps(population_step))
-    else:  # `map`; the positional arguments: ([resident split,] batches or stacks)
-      def multi_step(states, *args):
-        *resident, batches = args
-        if one_step:
-          return jax.lax.map(lambda a: member_one_step(*a, batches, *resident),
-                             (states, values, stream_of))
-        return _member_after_member(lambda s, v, i: member_steps(s, v, i, batches, *resident),
-                                    states, values, stream_of)
-
-    mesh = experiment.mesh
-    state_sharding = self.state_sharding()
-    # The training split on the devices (`data.on_device`): each stream's positions
-    # `[S, batch]` gather its batches `[S, batch, ...]`, then each member takes its stream's.
-    batches = self.batch_sharding() if one_step else self.stack_sharding()
-    inputs = ((state_sharding, parallel.replicated(mesh), batches)
-              if config.data.on_device else (state_sharding, batches))
-    return jax.jit(multi_step, in_shardings=inputs,
-                   out_shardings=(state_sharding, parallel.replicated(mesh)),
-                   donate_argnums=(0,))
-
-  def stack_sharding(self) -> NamedSharding:
-    """Sharding of a stack of stream batches `[k, S, batch, ...]`: the batch axis over the
-    mesh."""
-    return NamedSharding(self.experiment.mesh, PartitionSpec(None, None, parallel.DATA_AXIS))
-
-  def batch_sharding(self) -> NamedSharding:
-    """Sharding of one step's stream batches `[S, batch, ...]`: the batch axis over the mesh."""
-    return NamedSharding(self.experiment.mesh, PartitionSpec(None, parallel.DATA_AXIS))
+    return programs.train_program(one_step, self.layout, per_step=per_step,
+                                  resident=config.data.on_device,
+                                  keep_index=config.crl_weight > 0, k_steps=k_steps)
 
   def train_stream(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
-    data = self.experiment.data
-    if self.config.data.on_device:  # each stream's positions; the devices hold the examples
-      streams = [data.train_order(start_step, seed) for seed in self.stream_seeds]
-    else:
-      streams = [data.train_stream(start_step, seed, return_index=self.config.crl_weight > 0)
-                 for seed in self.stream_seeds]
+    """Each stream seed's inputs, stacked `[S, ...]`."""
+    streams = [inputs.seed_stream(self.experiment, start_step, seed)
+               for seed in self.stream_seeds]
     for batches in zip(*streams):
       yield {key: np.stack([b[key] for b in batches]) for key in batches[0]}
 
   def put(self, stacked: Mapping[str, np.ndarray]) -> Any:
-    def place(arrays, sharding):
-      return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-              for k, v in arrays.items()}
-    if self.calls_each_step:
-      return [place(batch, self.batch_sharding()) for batch in single.unstack(stacked)]
-    return place(stacked, self.stack_sharding())
+    return programs.put(stacked, self.layout, per_step=self.per_step)
 
   def tags(self, index: int) -> dict[str, Any]:
     return {"member": index, "overrides": self.sweep.members[index]}
 
-  def records(self, metrics: Mapping[str, np.ndarray]) -> list[tuple[dict, dict[str, float]]]:
+  def records(self, metrics: Mapping[str, np.ndarray]) -> list[Record]:
     return [(self.tags(i), {k: float(v[i]) for k, v in metrics.items()})
             for i in range(self.size)]
 
-  def non_finite(self, metrics: Mapping[str, np.ndarray]
-                 ) -> tuple[int, str, Mapping[str, np.ndarray]] | None:
+  def non_finite(self, metrics: Mapping[str, np.ndarray]) -> Failure | None:
     bad = np.flatnonzero(np.asarray(metrics["finite"]) == 0)
     if not bad.size:
       return None
@@ -287,9 +255,17 @@ class Population:
     """Member `index`'s model variables, replicated on the mesh (for the predict step)."""
     return parallel.replicate(member_tree(state.variables(), index), self.experiment.mesh)
 
-  def validate(self, state: state_lib.TrainState) -> list[tuple[dict, dict[str, float]]]:
+  def validate(self, state: state_lib.TrainState) -> list[Record]:
     return [(self.tags(i), self._validator.run(self.member_variables(state, i)))
             for i in range(self.size)]
+
+  def _member_results(self, state: state_lib.TrainState, index: int) -> dict[str, Any]:
+    """Member `index`'s validation and test results for `sweep.json`."""
+    variables = self.member_variables(state, index)
+    logits = {role: validation.split_logits(self.experiment, self._validator.predict, variables,
+                                            role) for role in ("val", "test")}
+    return summary.member_results(*logits["val"], *logits["test"],
+                                  num_bins=self.config.eval.num_bins)
 
   def finish(self, state: state_lib.TrainState, workdir: str, *, only_if_missing: bool
              ) -> list[str]:
@@ -301,9 +277,7 @@ class Population:
     if only_if_missing and os.path.exists(path):
       content = summary.read(workdir)
     else:
-      results = [summary.member_results(self.experiment, self._validator.predict,
-                                        self.member_variables(state, i))
-                 for i in range(self.size)]
+      results = [self._member_results(state, i) for i in range(self.size)]
       content = summary.write(workdir, self.sweep, results)
     return [f"{self.size} members; mean ± std over seeds in {path}:",
             *summary.format_table(content).splitlines()]

@@ -1,13 +1,15 @@
 """calib_jax: calibrated neural networks in JAX/Flax.
 
-Submodules are imported lazily so that `import calib_jax.losses` does not pull in TensorFlow.
+Submodules are imported lazily, on first use of `calib_jax.<name>`, so that `import
+calib_jax.losses` (which runs this file first) does not pull in TensorFlow through
+`calib_jax.data`: the one lazy face of the package, and it only defers that import.
 """
 import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("losses", "metrics", "conformal", "posthoc", "plotting", "models", "data",
-               "config", "experiment", "training", "evaluation", "sweep")
+_SUBMODULES = ("arrays", "losses", "metrics", "conformal", "posthoc", "plotting", "models", "data",
+               "config", "experiment", "training", "evaluation", "sweep", "run")
 
 
 def __getattr__(name):

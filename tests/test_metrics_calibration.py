@@ -241,11 +241,11 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_blocked_argmax_keeps_the_first_index_on_ties():
-  from calib_jax.metrics import _predictions  # pylint: disable=import-outside-toplevel
+  from calib_jax import arrays  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(9)
   probs = rng.random((6, 1000)).astype(np.float32)
   probs[0, [700, 3]] = 2.0          # tie across blocks: index 3 comes first
   probs[1, [41, 40]] = 2.0          # tie inside one block
   probs[2, :] = 0.5                 # all equal: index 0
-  assert _predictions._argmax_block(1000) > 0  # the blocked path is the one under test
-  np.testing.assert_array_equal(_predictions.first_argmax(probs), np.argmax(probs, -1))
+  assert arrays._argmax_block(1000) > 0  # the blocked path is the one under test
+  np.testing.assert_array_equal(arrays.first_argmax(probs), np.argmax(probs, -1))

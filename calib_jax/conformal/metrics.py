@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from calib_jax.conformal import _inputs
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -46,11 +46,11 @@ def _flatten(sets: ArrayLike, labels: Optional[ArrayLike], mask: Optional[ArrayL
   if dtype != bool:
     raise ValueError(f"sets must be a bool mask [..., C] (a predictor's output), got dtype "
                      f"{dtype}.")
-  sets = _checks.unsharded(jnp.asarray(sets)).reshape(n, num_classes)
-  mask = _checks.flatten_mask(mask, leading)
+  sets = arrays.unsharded(jnp.asarray(sets)).reshape(n, num_classes)
+  mask = arrays.flatten_mask(mask, leading)
   if labels is not None:
-    labels = _checks.as_int_array(labels, "labels").reshape(n)
-    _checks.check_label_values(labels, num_classes, mask)
+    labels = arrays.as_int_array(labels, "labels").reshape(n)
+    arrays.check_label_values(labels, num_classes, mask)
   return sets, labels, mask
 
 

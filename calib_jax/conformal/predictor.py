@@ -15,7 +15,7 @@ import numpy as np
 
 from calib_jax.conformal import _inputs
 from calib_jax.conformal import scores as scores_lib
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -145,11 +145,11 @@ def _check_inputs(x: ArrayLike, labels: Optional[ArrayLike], num_classes: Option
                   name: str):
   """Validates `x [..., C]` (and `labels [...]`), flattens them; `(x [N, C], labels [N])`."""
   n, c = _inputs.check_class_shape(x, labels, name, num_classes)
-  x = _checks.as_float_array(x, name).reshape(n, c)
-  if _checks.is_concrete(x) and not bool(_all_finite(x)):
+  x = arrays.as_float_array(x, name).reshape(n, c)
+  if arrays.is_concrete(x) and not bool(_all_finite(x)):
     raise ValueError(f"{name} contain NaN or inf.")
   if labels is not None:
-    labels = _checks.as_int_array(labels, "labels").reshape(n)
+    labels = arrays.as_int_array(labels, "labels").reshape(n)
   return x, labels
 
 
@@ -213,9 +213,9 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
     raise ValueError(f"from_logits must be a bool, got {from_logits!r}.")
   x, labels = _check_inputs(val_logits, val_labels, None, "val_logits")
   num_classes = x.shape[-1]
-  mask = _checks.flatten_mask(kw.get("mask"), np.shape(val_labels))
-  _checks.check_label_values(labels, num_classes, mask)
-  if mask is None or _checks.is_concrete(mask):
+  mask = arrays.flatten_mask(kw.get("mask"), np.shape(val_labels))
+  arrays.check_label_values(labels, num_classes, mask)
+  if mask is None or arrays.is_concrete(mask):
     n = x.shape[0] if mask is None else int(jnp.sum(mask))
     if scores_lib.quantile_rank(n, alpha) > n:
       raise ValueError(

@@ -42,8 +42,7 @@ import numpy as np
 from jax import lax
 
 from calib_jax.metrics import _arrays
-from calib_jax.metrics import _checks
-from calib_jax.metrics import _predictions
+from calib_jax import arrays
 from calib_jax.metrics import calibration
 from calib_jax.metrics import segmentation
 
@@ -71,7 +70,7 @@ def make_batch(x: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
   # No optimization barrier around the argmax (the old single-program update had one against
   # XLA re-fusing it into every scatter): timed paired on XLA:CPU, N·C = 1e5·10 to 3e4·1000,
   # from logits and from probs, the update is the same speed with and without it (±2 %).
-  pred, conf = _predictions.prediction_and_confidence(probs)
+  pred, conf = arrays.prediction_and_confidence(probs)
   return Batch(probs=probs, labels=labels, mask=mask,
                valid=jnp.ones(labels.shape, bool) if mask is None else mask, pred=pred,
                confidence=conf, correct=pred == labels,
@@ -92,7 +91,7 @@ def flatten_inputs(labels: ArrayLike, logits: Optional[ArrayLike], probs: Option
         f"{num_classes if num_classes is not None else 'C'}], got {shape}.")
   if int(np.prod(shape[:-1])) == 0:
     return None  # an empty batch adds nothing
-  x, labels, mask = _checks.flatten_probs_labels(x, labels, mask)
+  x, labels, mask = arrays.flatten_probs_labels(x, labels, mask)
   return x, labels, mask, logits is not None
 
 
@@ -233,7 +232,7 @@ class BinnedCalibration(Accumulator):
 
   @classmethod
   def init(cls, num_bins: int = 15) -> "BinnedCalibration":
-    num_bins = _checks.check_num_bins(num_bins)
+    num_bins = arrays.check_num_bins(num_bins)
     return cls(num_bins=num_bins, counts=_ZI(num_bins), confidence_sum=_ZF(num_bins),
                hits=_ZI(num_bins))
 
@@ -272,7 +271,7 @@ class ClasswiseCalibration(Accumulator):
   @classmethod
   def init(cls, num_classes: int, num_bins: int = 15, *,
            counts: bool = False) -> "ClasswiseCalibration":
-    shape = (_checks.check_num_classes(num_classes), _checks.check_num_bins(num_bins))
+    shape = (arrays.check_num_classes(num_classes), arrays.check_num_bins(num_bins))
     return cls(num_classes=shape[0], num_bins=shape[1], count=_ZI(()),
                confidence_sum=_ZF(shape), hits=_ZI(shape), counts=_ZI(shape) if counts else None)
 
@@ -308,7 +307,7 @@ class ConfusionMatrix(Accumulator):
 
   @classmethod
   def init(cls, num_classes: int) -> "ConfusionMatrix":
-    num_classes = _checks.check_num_classes(num_classes)
+    num_classes = arrays.check_num_classes(num_classes)
     return cls(num_classes=num_classes, confusion=_ZI((num_classes, num_classes)))
 
   def add(self, b: Batch) -> "ConfusionMatrix":

@@ -26,8 +26,7 @@ import numpy as np
 from jax import lax
 
 from calib_jax.metrics import _arrays
-from calib_jax.metrics import _checks
-from calib_jax.metrics import _predictions
+from calib_jax import arrays
 from calib_jax.metrics import _ranking
 from calib_jax.metrics import _segments
 from calib_jax.metrics import _sorting
@@ -54,7 +53,7 @@ def bin_index(confidence: jax.Array, num_bins: int) -> jax.Array:
 
 def confidence_and_correct(probs: jax.Array, labels: jax.Array):
   """Max probability and whether the argmax (first index on ties) equals the label."""
-  pred, conf = _predictions.prediction_and_confidence(probs)
+  pred, conf = arrays.prediction_and_confidence(probs)
   return conf, pred == labels
 
 
@@ -278,16 +277,16 @@ def ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   Returns:
     float32 scalar in [0, 1].
   """
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _ece(probs, labels, mask, num_bins)
 
 
 def mce(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
         mask: Optional[ArrayLike] = None) -> jax.Array:
   """Maximum calibration error: max over non-empty equal-width bins of `|acc_b − conf_b|`."""
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _mce(probs, labels, mask, num_bins)
 
 
@@ -300,8 +299,8 @@ def aece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   run of exactly equal confidences is cut by a group boundary, both sides get the run's mean
   accuracy (expectation over tie order), so ties never make the result order-dependent.
   """
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _aece(probs, labels, mask, num_bins)
 
 
@@ -313,16 +312,16 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   be probability vectors (sum ≈ 1): for large C only each row's top `num_bins` entries are
   binned individually, which is exact when at most `num_bins` entries exceed `1/num_bins`.
   """
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _classwise_ece(probs, labels, mask, num_bins)
 
 
 def reliability_bins(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
                      mask: Optional[ArrayLike] = None) -> ReliabilityBins:
   """Per-bin counts, mean confidence and accuracy of the equal-width confidence bins."""
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _reliability_bins(probs, labels, mask, num_bins)
 
 
@@ -333,19 +332,19 @@ def nll(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = None, *
   With probabilities, `p_y` is clipped at the smallest normal float32 (so at most ≈ 87.3 per
   sample); pass logits with `from_logits=True` for the exact log-softmax value.
   """
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _nll(probs, labels, mask, bool(from_logits))
 
 
 def brier(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
   """Brier score `Σ_k (p_k − onehot_k)²` (sum over classes), mean over samples; in [0, 2]."""
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _brier(probs, labels, mask)
 
 
 def accuracy(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
   """Fraction of samples whose argmax (first index on ties) equals the label."""
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _accuracy(probs, labels, mask)
 
 
@@ -355,19 +354,19 @@ def average_confidence(probs: ArrayLike, labels: Optional[ArrayLike] = None,
   if labels is None:
     leading = tuple(jnp.shape(probs))[:-1]
     labels = jnp.zeros(leading, jnp.int32)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _average_confidence(probs, mask)
 
 
 def overconfidence(probs: ArrayLike, labels: ArrayLike,
                    mask: Optional[ArrayLike] = None) -> jax.Array:
   """Mean confidence over the wrong predictions (0.0 when there are none)."""
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _over_under(probs, labels, mask)[0]
 
 
 def underconfidence(probs: ArrayLike, labels: ArrayLike,
                     mask: Optional[ArrayLike] = None) -> jax.Array:
   """Mean of `1 − confidence` over the correct predictions (0.0 when there are none)."""
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _over_under(probs, labels, mask)[1]

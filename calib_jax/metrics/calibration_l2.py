@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from calib_jax.metrics import _arrays
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.metrics import _segments
 from calib_jax.metrics import calibration
 
@@ -95,8 +95,8 @@ def rms_calibration_error(probs: ArrayLike, labels: ArrayLike, num_bins: int = 1
   Returns:
     float32 scalar in [0, 1]; always ≥ `ece` with the same bins.
   """
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _rms(probs, labels, mask, num_bins)
 
 
@@ -117,6 +117,6 @@ def debiased_ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   Returns:
     float32 scalar in [0, 1].
   """
-  num_bins = _checks.check_num_bins(num_bins)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   return _debiased(probs, labels, mask, num_bins)

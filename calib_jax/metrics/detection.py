@@ -35,7 +35,7 @@ import numpy as np
 from jax import lax
 
 from calib_jax.metrics import _arrays
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.metrics import selective
 
 ArrayLike = jax.typing.ArrayLike
@@ -48,10 +48,10 @@ def _flatten(scores, positives, mask):
   n = int(np.prod(s_shape))
   if n == 0:
     raise ValueError("empty input: detection metrics need >= 1 sample of each class.")
-  scores = _checks.as_float_array(scores, "scores").reshape(n)
-  positives = _checks.as_bool_array(positives, "positives").reshape(n)
-  mask = _checks.flatten_mask(mask, s_shape)
-  if _checks.is_concrete(positives, mask):
+  scores = arrays.as_float_array(scores, "scores").reshape(n)
+  positives = arrays.as_bool_array(positives, "positives").reshape(n)
+  mask = arrays.flatten_mask(mask, s_shape)
+  if arrays.is_concrete(positives, mask):
     valid = np.ones(n, bool) if mask is None else np.asarray(mask)
     num_pos = int(np.count_nonzero(np.asarray(positives) & valid))
     num_neg = int(np.count_nonzero(valid)) - num_pos

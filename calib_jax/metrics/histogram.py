@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.metrics import calibration
 from calib_jax.metrics import selective
 from calib_jax.metrics._arrays import safe_div
@@ -177,7 +177,7 @@ class ConfidenceHistogram(Accumulator):
   @classmethod
   def init(cls, num_bins: int = 15, *, score_bits: int = 12) -> "ConfidenceHistogram":
     """Empty histogram of `24·2^score_bits + 2` fine bins; `num_bins` AECE groups."""
-    num_bins = _checks.check_num_bins(num_bins)
+    num_bins = arrays.check_num_bins(num_bins)
     if not isinstance(score_bits, int) or not 0 <= score_bits <= 16:
       raise ValueError(f"score_bits must be an int in [0, 16], got {score_bits!r}.")
     k = num_fine_bins(score_bits)

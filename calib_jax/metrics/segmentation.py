@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -38,17 +38,17 @@ def confusion_counts(pred: jax.Array, labels: jax.Array, mask: Optional[jax.Arra
 
 
 def _flatten_pred_labels(pred, labels, num_classes, mask):
-  _checks.check_num_classes(num_classes)
+  arrays.check_num_classes(num_classes)
   p_shape, l_shape = tuple(jnp.shape(pred)), tuple(jnp.shape(labels))
   if p_shape != l_shape:
     raise ValueError(f"pred shape {p_shape} must equal labels shape {l_shape}.")
   if 0 in p_shape:
     raise ValueError("empty input: pred/labels have no entries.")
-  pred = _checks.as_int_array(pred, "pred").reshape(-1)
-  labels = _checks.as_int_array(labels, "labels").reshape(-1)
-  mask = _checks.flatten_mask(mask, l_shape)
-  _checks.check_label_values(labels, num_classes, mask)
-  _checks.check_label_values(pred, num_classes, mask)
+  pred = arrays.as_int_array(pred, "pred").reshape(-1)
+  labels = arrays.as_int_array(labels, "labels").reshape(-1)
+  mask = arrays.flatten_mask(mask, l_shape)
+  arrays.check_label_values(labels, num_classes, mask)
+  arrays.check_label_values(pred, num_classes, mask)
   return pred, labels, mask
 
 
@@ -114,7 +114,7 @@ def _check_subsample(mask, num_pixels):
     raise ValueError(f"mask must be [B, ...] with at least 2 dims, got shape {shape}.")
   if isinstance(num_pixels, bool) or not isinstance(num_pixels, int) or num_pixels < 1:
     raise ValueError(f"num_pixels must be a positive int, got {num_pixels!r}.")
-  return _checks.as_bool_array(mask, "mask"), min(num_pixels, math.prod(shape[1:]))
+  return arrays.as_bool_array(mask, "mask"), min(num_pixels, math.prod(shape[1:]))
 
 
 def subsample_pixel_indices(key: jax.Array, mask: ArrayLike, num_pixels: int = 5000):

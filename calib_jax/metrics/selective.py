@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.metrics import _ranking
 from calib_jax.metrics import _sorting
 
@@ -179,25 +179,25 @@ def risk_coverage_curve(scores: ArrayLike, correct: ArrayLike,
     k = 1..n. With a mask (n < N valid samples) the trailing N − n entries repeat the last
     point (coverage 1), so the arrays keep a static shape.
   """
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _curve(scores, correct, mask)
 
 
 def aurc(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
   """Area under the tie-aware risk–coverage curve, `mean_k E_k/k` (a fraction)."""
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _aurc(scores, correct, mask)
 
 
 def eaurc(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
   """Excess AURC: `aurc − aurc_opt`, the oracle ranking every error last."""
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _eaurc(scores, correct, mask)
 
 
 def augrc(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
   """Area under the generalised risk–coverage curve, `mean_k E_k/n` (Traub et al., 2024)."""
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _augrc(scores, correct, mask)
 
 
@@ -205,7 +205,7 @@ def coverage_at_risk(scores: ArrayLike, correct: ArrayLike, risk: float,
                      mask: Optional[ArrayLike] = None) -> jax.Array:
   """Largest coverage `k/n` at a tie-group boundary whose risk `E_k/k` is ≤ `risk` (else 0)."""
   _check_fraction(risk, "risk", allow_zero=True)
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _coverage_at_risk(scores, correct, mask, jnp.float32(risk))
 
 
@@ -213,7 +213,7 @@ def risk_at_coverage(scores: ArrayLike, correct: ArrayLike, coverage: float,
                      mask: Optional[ArrayLike] = None) -> jax.Array:
   """Tie-aware risk `E_k/k` at `k = ceil(coverage·n)` (`coverage_index`); coverage in (0, 1]."""
   _check_fraction(coverage, "coverage", allow_zero=False)
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   n = jnp.int32(scores.shape[0]) if mask is None else jnp.sum(mask, dtype=jnp.int32)
   k = coverage_index(coverage, n)
   return _risk_at_coverage(scores, correct, mask, k)
@@ -245,6 +245,6 @@ def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[Arra
     _check_fraction(q, "risk", allow_zero=True)
   for c in coverages:
     _check_fraction(c, "coverage", allow_zero=False)
-  scores, correct, mask = _checks.flatten_scores_correct(scores, correct, mask)
+  scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _summary(scores, correct, mask, jnp.asarray(risks, jnp.float32),
                   jnp.asarray(coverages, jnp.float32))

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.metrics import calibration
 
 ArrayLike = jax.typing.ArrayLike
@@ -266,7 +266,7 @@ def smooth_ece(probs: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = 
     float32 scalar in [0, 1] (with `return_bandwidth`, the pair `(smECE, σ)`).
   """
   bandwidth = check_bandwidth(bandwidth)
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   value, sigma = _smooth_ece(probs, labels, mask, bandwidth)
   return (value, sigma) if return_bandwidth else value
 
@@ -302,10 +302,10 @@ def smooth_calibration_curve(probs: ArrayLike, labels: ArrayLike,
     `bandwidth`.
   """
   bandwidth = check_bandwidth(bandwidth)
-  num_points = _checks.check_num_bins(num_points)
+  num_points = arrays.check_num_bins(num_points)
   if num_points < 2:
     raise ValueError(f"num_points must be >= 2, got {num_points}.")
-  probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
   value, sigma = _smooth_ece(probs, labels, mask, bandwidth)
   conf, correct = calibration.confidence_and_correct(probs, labels)
   t, accuracy, density = _curve(conf, correct, mask, sigma, num_points)

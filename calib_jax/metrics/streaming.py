@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import flax.struct
 
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.metrics.accumulators import (Accumulator, Batch, BinnedCalibration,
                                             ClasswiseCalibration, ConfusionMatrix, ScalarSums)
 from calib_jax.metrics.histogram import ConfidenceHistogram
@@ -47,7 +47,7 @@ class StreamingMetrics(Accumulator):
       confusion: also accumulate a `[C, C]` confusion matrix for mIoU.
       classwise: also accumulate the `[C, B]` classwise bins for classwise ECE.
     """
-    _checks.check_num_classes(num_classes)
+    arrays.check_num_classes(num_classes)
     parts = {"scalars": ScalarSums.init(), "calibration": BinnedCalibration.init(num_bins)}
     if classwise:
       parts["classwise"] = ClasswiseCalibration.init(num_classes, num_bins)

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 from jax import lax
 
-from calib_jax.metrics import _checks, _predictions
+from calib_jax import arrays
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -29,8 +29,8 @@ def fit_inputs(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike]):
   """
   if np.ndim(logits) >= 1 and np.shape(logits)[-1] < 2:
     raise ValueError(f"calibrators need C >= 2 classes, got logits of shape {np.shape(logits)}.")
-  logits, labels, mask = _checks.flatten_probs_labels(logits, labels, mask)
-  if _checks.is_concrete(logits) and not bool(jnp.all(jnp.isfinite(logits))):
+  logits, labels, mask = arrays.flatten_probs_labels(logits, labels, mask)
+  if arrays.is_concrete(logits) and not bool(jnp.all(jnp.isfinite(logits))):
     raise ValueError("logits hold NaN or inf; calibrators need finite logits.")
   weights = jnp.ones(labels.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
   # Masked entries may hold 255 (ignore_index); their weight is 0, any class index will do.
@@ -95,7 +95,7 @@ def replace_top_label(probs: jax.Array, new_top: jax.Array) -> jax.Array:
   rounding, so a top-label calibrator changes confidences, never predictions.
   """
   num_classes = probs.shape[-1]
-  top = _predictions.first_argmax(probs)
+  top = arrays.first_argmax(probs)
   is_top = jax.nn.one_hot(top, num_classes, dtype=bool)
   rest_mass = jnp.sum(jnp.where(is_top, 0.0, probs), axis=-1)
   has_rest = rest_mass > 0

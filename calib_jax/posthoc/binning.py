@@ -17,7 +17,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from calib_jax.metrics import _checks, _predictions
+from calib_jax import arrays
 from calib_jax.metrics.calibration import bin_index
 from calib_jax.posthoc import _fitting
 from calib_jax.posthoc.isotonic import normalise_ovr
@@ -41,7 +41,7 @@ def _bin_frequencies(scores, targets, weights, num_bins: int):
 def _fit(logits, labels, weights, num_bins: int, mode: str):
   probs = jax.nn.softmax(logits, axis=-1)
   if mode == "top_label":
-    correct = (_predictions.first_argmax(probs) == labels).astype(jnp.float32)
+    correct = (arrays.first_argmax(probs) == labels).astype(jnp.float32)
     return _bin_frequencies(jnp.max(probs, axis=-1), correct, weights, num_bins)
   targets = (labels[None, :] == jnp.arange(logits.shape[1])[:, None]).astype(jnp.float32)
   return jax.vmap(_bin_frequencies, in_axes=(0, 0, None, None))(probs.T, targets, weights,
@@ -62,7 +62,7 @@ def fit_histogram_binning(logits: ArrayLike, labels: ArrayLike,
     `{"bin_values": [B] or [C, B], "bin_counts": same shape}` (pass `bin_values` to
     `apply_histogram_binning`).
   """
-  num_bins = _checks.check_num_bins(num_bins)
+  num_bins = arrays.check_num_bins(num_bins)
   if mode not in MODES:
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
   values, counts = _fit(*_fitting.fit_inputs(logits, labels, mask), num_bins, mode)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from calib_jax.metrics import _predictions
+from calib_jax import arrays
 from calib_jax.posthoc import _fitting
 
 ArrayLike = jax.typing.ArrayLike
@@ -130,7 +130,7 @@ def normalise_ovr(per_class: jax.Array) -> jax.Array:
 @jax.jit
 def _fit_top_label(logits, labels, weights):
   probs = jax.nn.softmax(logits, axis=-1)
-  correct = _predictions.first_argmax(probs) == labels
+  correct = arrays.first_argmax(probs) == labels
   return pav_binary(jnp.max(probs, axis=-1), correct, weights)
 
 

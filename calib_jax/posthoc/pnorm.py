@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from calib_jax import metrics
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.posthoc import scores
 
 ArrayLike = jax.typing.ArrayLike
@@ -61,7 +61,7 @@ def max_logit_pnorm(logits: ArrayLike, p: float, center: bool = True) -> jax.Arr
 def pnorm_aurcs(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,
                 center: bool = True, mask: Optional[ArrayLike] = None) -> dict:
   """Held-out AURC of MSP (key `"msp"`) and of `max_logit_pnorm` for each p (keys = p)."""
-  logits, labels, mask = _checks.flatten_probs_labels(logits, labels, mask)
+  logits, labels, mask = arrays.flatten_probs_labels(logits, labels, mask)
   correct = jnp.argmax(logits, axis=-1) == labels
   out = {"msp": float(metrics.aurc(scores.msp(logits), correct, mask))}
   for p in ps:

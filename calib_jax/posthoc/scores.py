@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -18,7 +18,7 @@ def logits_array(logits: ArrayLike) -> jax.Array:
   """Validates `[..., C]` logits (C >= 1) and converts them to float32."""
   if np.ndim(logits) < 1 or np.shape(logits)[-1] < 1:
     raise ValueError(f"logits must have shape [..., C] with C >= 1, got {np.shape(logits)}.")
-  return _checks.as_float_array(logits, "logits")
+  return arrays.as_float_array(logits, "logits")
 
 
 def msp(logits: ArrayLike) -> jax.Array:

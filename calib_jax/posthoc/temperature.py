@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from calib_jax import metrics
-from calib_jax.metrics import _checks
+from calib_jax import arrays
 from calib_jax.posthoc import scores
 
 ArrayLike = jax.typing.ArrayLike
@@ -84,7 +84,7 @@ def fit_temperature(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLi
   lo, hi = bounds
   if not 0 < lo < hi:
     raise ValueError(f"bounds must satisfy 0 < T_min < T_max, got {bounds}.")
-  logits, labels, mask = _checks.flatten_probs_labels(logits, labels, mask)
+  logits, labels, mask = arrays.flatten_probs_labels(logits, labels, mask)
   log_t = _fit_log_temperature(logits, labels, mask, jnp.float32(np.log(lo)),
                                jnp.float32(np.log(hi)), int(iterations))
   return float(np.clip(np.exp(float(log_t)), lo, hi))
@@ -107,7 +107,7 @@ def select_temperature_from_grid(logits: ArrayLike, labels: ArrayLike,
   temperatures = [float(t) for t in temperatures]
   if not temperatures or min(temperatures) <= 0:
     raise ValueError(f"temperatures must be a non-empty list of values > 0, got {temperatures}.")
-  logits, labels, mask = _checks.flatten_probs_labels(logits, labels, mask)
+  logits, labels, mask = arrays.flatten_probs_labels(logits, labels, mask)
   eces = [float(metrics.ece(jax.nn.softmax(logits / t), labels, num_bins=num_bins, mask=mask))
           for t in temperatures]
   return temperatures[int(np.argmin(eces))]

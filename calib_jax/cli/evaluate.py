@@ -10,9 +10,10 @@ post-hoc calibrators, bootstrap intervals, conformal sets, failure and OOD detec
 (`evaluation.predictions`), written to `<workdir>/eval_predictions/`. A trained run's report
 carries the same toolkit (`config.eval.toolkit`, `config.eval.calibrators`); `--ood=SET` adds
 OOD detection against the test split.
-With `--weights=FILE` (our variables file, or a torchvision / timm .pth/.pt/.bin/.safetensors
-state dict of the config's model) those weights are evaluated instead of a checkpoint: no
-training run is needed, the workdir only receives the results.
+With `--weights=FILE` (our variables file, or a torchvision / torch-uncertainty / timm
+.pth/.pt/.bin/.ckpt/.safetensors state dict or Lightning checkpoint of the config's model)
+those weights are evaluated instead of a checkpoint: no training run is needed, the workdir
+only receives the results.
 
 The console shows the results table; library logs go to `<workdir>/log.txt` (`--verbosity=0`
 or `--alsologtostderr` shows them on stderr as well).
@@ -44,7 +45,8 @@ _BOOTSTRAP = absl_flags.DEFINE_integer(
     lower_bound=0)
 _WEIGHTS = absl_flags.DEFINE_string(
     "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
-    "file or a PyTorch .pth/.pt/.bin/.safetensors state dict of the config's model.")
+    "file or a PyTorch .pth/.pt/.bin/.ckpt/.safetensors state dict (or Lightning checkpoint) of "
+    "the config's model.")
 
 
 def main(argv: list[str]) -> None:

@@ -64,8 +64,9 @@ def model_recipe(name: str, model_kwargs: ml_collections.ConfigDict, dtype: str,
 def read_weight_file(recipe: ModelRecipe, path: str, field: str) -> dict[str, Any]:
   """The variables in the weight file `path`, for the recipe's model.
 
-  A path ending in .pth/.pt/.bin/.safetensors (`torch_import.TORCH_SUFFIXES`) is a torchvision
-  / timm state dict, converted by `models.import_torch` (a DeepLab gets its ImageNet ResNet's
+  A path ending in .pth/.pt/.bin/.ckpt/.safetensors (`torch_import.TORCH_SUFFIXES`) is a
+  torchvision / torch-uncertainty / timm state dict (or a Lightning checkpoint of one), converted
+  by `models.import_torch` (a DeepLab gets its ImageNet ResNet's
   'backbone'; a file with another class count than the recipe's gives no 'head'); any other
   path is our own format (`models.save_variables`), read as it is.
 

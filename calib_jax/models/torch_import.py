@@ -1,4 +1,4 @@
-"""PyTorch state dicts (torchvision ResNets, timm ViTs) converted into calib_jax variables.
+"""PyTorch state dicts (torchvision / torch-uncertainty ResNets, timm ViTs) as calib_jax variables.
 
     variables = calib_jax.models.import_torch("resnet50", "resnet50.pth")
     calib_jax.models.save_variables("resnet50.msgpack", variables)  # then config.pretrained=...
@@ -8,6 +8,9 @@ Supported layouts:
   `layer{1..4}.{i}.{conv,bn}{1..3}`, `downsample.{0,1}`, `fc`). Convolutions OIHW -> HWIO,
   BatchNorm weight/bias -> params scale/bias and running_mean/var -> batch_stats mean/var
   (`num_batches_tracked` is ignored), `fc` -> 'head' transposed.
+* the same ResNets in torch-uncertainty's layout (`torch_uncertainty.models.classification.resnet`,
+  the LS-SC paper's ImageNet models): `shortcut.{0,1}` for `downsample.{0,1}` and `linear` for
+  `fc`, recognised from the keys (`resnet_layout`).
 * vit_ti16 / vit_s16 / vit_b16: timm's `vit_{tiny,small,base}_patch16_224` (`patch_embed.proj`,
   `cls_token`, `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`,
   `norm`, `head`); `attn.qkv` is split into query/key/value and heads.
@@ -16,13 +19,18 @@ Supported layouts:
   classifier is dropped, and ASPP / decoder / head stay for `restore_pretrained` to keep fresh.
   torchvision's DeepLab heads are not converted.
 
+Training checkpoints are unwrapped: a Lightning `.ckpt` ({'state_dict': ..., 'epoch': ...}) or
+{'model': state_dict}, and a prefix every weight carries (Lightning's 'model.', DataParallel's
+'module.', torch.compile's '_orig_mod.') is removed.
+
 `config.pretrained` (and `eval.py --weights`) take such files directly: a path ending in one of
 `TORCH_SUFFIXES` is converted for the config's model with `import_torch`.
 """
 import json
 import os
+import pickle
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import jax
 import numpy as np
@@ -32,8 +40,9 @@ from calib_jax.models import registry
 
 Path = str | os.PathLike
 StateDict = Mapping[str, Any]
-_MAX_LISTED = 20
-TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
+_MAX_LISTED = 5
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".safetensors")
+RESNET_LAYOUTS = ("torchvision", "torch-uncertainty")
 
 
 def is_torch_file(path: Path) -> bool:
@@ -59,7 +68,8 @@ def torch_models() -> list[str]:
 
 
 def _read_state_dict(source: Path | StateDict) -> dict[str, np.ndarray]:
-  """Reads a .safetensors or .pth/.pt file, or takes a mapping; returns name -> numpy array."""
+  """Reads a .safetensors or .pth/.pt/.bin/.ckpt file, or takes a mapping; returns name -> numpy
+  array, a training checkpoint's wrapper removed."""
   if isinstance(source, Mapping):
     state = dict(source)
   else:
@@ -67,21 +77,37 @@ def _read_state_dict(source: Path | StateDict) -> dict[str, np.ndarray]:
     if not os.path.isfile(path):
       raise FileNotFoundError(f"no PyTorch weight file at {path!r}")
     if path.endswith(".safetensors"):
-      from safetensors import numpy as safetensors_numpy
+      from safetensors import numpy as safetensors_numpy  # deferred: optional dependency
       state = safetensors_numpy.load_file(path)
-    elif path.endswith((".pth", ".pt", ".bin")):
+    elif path.endswith((".pth", ".pt", ".bin", ".ckpt")):
       try:
-        import torch
+        import torch  # deferred: torch is heavy and optional
       except ImportError:
         raise ImportError(f"reading {path!r} needs torch; install it, or convert the file to "
                           ".safetensors (safetensors.torch.save_file) on a machine with torch")
-      state = torch.load(path, map_location="cpu", weights_only=True)
+      state = _torch_load(torch, path)
     else:
-      raise ValueError(f"{path!r}: expected a .safetensors, .pth, .pt or .bin file")
-  for wrapper in ("state_dict", "model"):  # training checkpoints wrap the state dict
-    if set(state) == {wrapper} and isinstance(state[wrapper], Mapping):
-      state = dict(state[wrapper])
+      raise ValueError(f"{path!r}: expected a .safetensors, .pth, .pt, .bin or .ckpt file")
+  if isinstance(state.get("state_dict"), Mapping):  # Lightning: weights beside loops, optimiser
+    state = dict(state["state_dict"])
+  elif set(state) == {"model"} and isinstance(state["model"], Mapping):
+    state = dict(state["model"])
   return {k: _to_numpy(v) for k, v in state.items()}
+
+
+def _torch_load(torch: Any, path: str) -> Mapping[str, Any]:
+  """`torch.load` of tensors and plain containers only (no code runs); a file that pickles other
+  objects gets a one-line ValueError saying how to keep its weights alone."""
+  try:
+    return torch.load(path, map_location="cpu", weights_only=True)
+  except pickle.UnpicklingError as e:
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+    what = found[1] if found else (str(e).strip().splitlines() or ["?"])[0]
+    raise ValueError(
+        f"{path!r} pickles Python objects beside its tensors ({what}), which torch.load("
+        "weights_only=True) refuses to run; if you trust the file, save its weights alone: "
+        f"python -c \"import torch; c = torch.load({path!r}, weights_only=False); "
+        "torch.save(c.get('state_dict', c), 'weights.pth')\"") from e
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -93,16 +119,23 @@ def _to_numpy(value: Any) -> np.ndarray:
   return np.asarray(value)
 
 
-# Each rule maps a torch module prefix (regex) to our module path.
-_RESNET_MODULES: list[tuple[str, Callable[[re.Match], str]]] = [
-    (r"conv1", lambda m: "backbone/stem_conv"),
-    (r"bn1", lambda m: "backbone/stem_bn"),
-    (r"layer(\d)\.(\d+)\.(conv\d|bn\d)",
-     lambda m: f"backbone/stage{m[1]}_block{m[2]}/{m[3]}"),
-    (r"layer(\d)\.(\d+)\.downsample\.([01])",
-     lambda m: f"backbone/stage{m[1]}_block{m[2]}/downsample_{('conv', 'bn')[int(m[3])]}"),
-    (r"fc", lambda m: "head"),
-]
+def _resnet_rules(shortcut: str, head: str) -> list[tuple[str, Callable[[re.Match], str]]]:
+  """Each rule maps a torch module prefix (regex) to our module path."""
+  return [
+      (r"conv1", lambda m: "backbone/stem_conv"),
+      (r"bn1", lambda m: "backbone/stem_bn"),
+      (r"layer(\d)\.(\d+)\.(conv\d|bn\d)",
+       lambda m: f"backbone/stage{m[1]}_block{m[2]}/{m[3]}"),
+      (rf"layer(\d)\.(\d+)\.{shortcut}\.([01])",
+       lambda m: f"backbone/stage{m[1]}_block{m[2]}/downsample_{('conv', 'bn')[int(m[3])]}"),
+      (head, lambda m: "head"),
+  ]
+
+
+# layout -> (the projection shortcut's module, the classifier's module)
+_RESNET_NAMES = {"torchvision": ("downsample", "fc"), "torch-uncertainty": ("shortcut", "linear")}
+_LEAF_NAMES = {"kernel": "weight", "scale": "weight", "bias": "bias", "mean": "running_mean",
+               "var": "running_var"}
 
 _VIT_MODULES: list[tuple[str, Callable[[re.Match], str]]] = [
     (r"patch_embed\.proj", lambda m: "patch_embedding"),
@@ -180,21 +213,70 @@ def _listing(items: list[str]) -> str:
   return ", ".join(items[:_MAX_LISTED]) + more
 
 
+def strip_wrapper_prefix(state: Mapping[str, Any],
+                         anchor: str = "conv1.weight") -> tuple[dict[str, Any], str]:
+  """`state` without the prefix its model's weights carry (a Lightning module's 'model.',
+  DataParallel's 'module.', torch.compile's '_orig_mod.'), and that prefix ('' if none).
+
+  The prefix is what stands before `anchor` (the stem convolution's key) in the shortest key
+  ending with it; keys without the prefix are kept as they are (`import_torch` names them).
+  """
+  if anchor in state:
+    return dict(state), ""
+  prefixes = [k[:-len(anchor)] for k in state if k.endswith("." + anchor)]
+  # Module names without digits: 'layer1.0.' is a block of the model, not a wrapper.
+  prefixes = [p for p in prefixes if re.fullmatch(r"([A-Za-z_]+\.)+", p)]
+  if not prefixes:
+    return dict(state), ""
+  prefix = min(prefixes, key=len)
+  return {k.removeprefix(prefix): v for k, v in state.items()}, prefix
+
+
+def resnet_layout(keys: Iterable[str]) -> str:
+  """'torch-uncertainty' where the keys name torch-uncertainty's ResNet modules (`linear`,
+  `shortcut`), else 'torchvision' (`fc`, `downsample`)."""
+  keys = list(keys)
+  if any(k.startswith("linear.") or ".shortcut." in k for k in keys):
+    return "torch-uncertainty"
+  return "torchvision"
+
+
+def _resnet_torch_key(path: str, layout: str) -> str:
+  """The torch key of our ResNet variable `path` ('params/backbone/stage2_block1/conv2/kernel'
+  -> 'layer2.1.conv2.weight'), for naming missing tensors."""
+  shortcut, head = _RESNET_NAMES[layout]
+  *modules, leaf = path.split("/")[1:]
+  if modules == ["head"]:
+    module = head
+  elif modules[-1] in ("stem_conv", "stem_bn"):
+    module = {"stem_conv": "conv1", "stem_bn": "bn1"}[modules[-1]]
+  else:
+    stage, block = re.fullmatch(r"stage(\d)_block(\d+)", modules[-2]).groups()
+    sub = {"downsample_conv": f"{shortcut}.0", "downsample_bn": f"{shortcut}.1"}.get(
+        modules[-1], modules[-1])
+    module = f"layer{stage}.{block}.{sub}"
+  return f"{module}.{_LEAF_NAMES[leaf]}"
+
+
 def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
                  num_classes: int | None = None,
                  model_kwargs: Mapping[str, Any] | None = None) -> dict:
-  """Converts a torchvision ResNet / timm ViT state dict into variables of model `name`.
+  """Converts a torchvision / torch-uncertainty ResNet or timm ViT state dict into variables of
+  model `name`.
 
   Args:
     name: one of `torch_models()`: resnet18/34/50/101/152, vit_ti16/vit_s16/vit_b16, or a
       deeplabv3(plus)_resnet* (then the file is the ImageNet ResNet of that depth and only its
       'backbone' subtree is returned; num_classes and model_kwargs are not used).
-    path_or_state_dict: a .safetensors file, a .pth/.pt file (needs torch), or a mapping of
-      tensor name -> array.
+    path_or_state_dict: a .safetensors file, a .pth/.pt/.bin/.ckpt file (needs torch), or a
+      mapping of tensor name -> array. A ResNet's layout, torchvision's or torch-uncertainty's,
+      is recognised from the keys; a Lightning checkpoint's 'state_dict' (and its 'model.'
+      prefix) is unwrapped.
     num_classes: classes of the model the variables are for; None takes the file's head. With
       another count the head is dropped from the result, so `restore_pretrained(fresh, result)`
       (config.pretrained with pretrained_skip=('head',)) keeps the fresh head for fine-tuning.
-    model_kwargs: other `models.get` options of the target model (e.g. image_size for a ViT).
+    model_kwargs: other `models.get` options of the target model (e.g. image_size for a ViT,
+      stem='cifar' for a ResNet whose conv1 is 3x3).
 
   Returns:
     {'params': ..., 'batch_stats': ...} (ResNets, DeepLabs) or {'params': ...} (ViTs), numpy
@@ -202,8 +284,9 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
     (always, for a DeepLab).
 
   Raises:
-    ValueError: an unsupported model, or the state dict does not match the model: one message
-      listing the missing tensors, the unused ones and the shape mismatches.
+    ValueError: an unsupported model, or the state dict does not match the model: one line
+      counting and naming (the first few of) the missing tensors, the unused ones and the shape
+      mismatches.
   """
   layout = torch_layout(name)
   if layout is None:
@@ -212,14 +295,19 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
   if layout != name:  # a DeepLab: the ImageNet ResNet's backbone
     resnet = import_torch(layout, path_or_state_dict)
     return {collection: {"backbone": tree["backbone"]} for collection, tree in resnet.items()}
-  state = _read_state_dict(path_or_state_dict)
-  if layout.startswith("resnet"):
-    rules, head_key = _RESNET_MODULES, "fc.weight"
+  is_resnet = layout.startswith("resnet")
+  state, prefix = strip_wrapper_prefix(_read_state_dict(path_or_state_dict),
+                                       "conv1.weight" if is_resnet else "patch_embed.proj.weight")
+  if is_resnet:
+    file_layout = resnet_layout(state)
+    rules = _resnet_rules(*_RESNET_NAMES[file_layout])
+    head_key = _RESNET_NAMES[file_layout][1] + ".weight"
   else:
-    rules, head_key = _VIT_MODULES, "head.weight"
+    file_layout, rules, head_key = "timm", _VIT_MODULES, "head.weight"
   file_classes = state[head_key].shape[0] if head_key in state else None
   keep_head = num_classes is None or num_classes == file_classes
-  model = registry.get(name, num_classes or file_classes or 1, **dict(model_kwargs or {}))
+  model_kwargs = dict(model_kwargs or {})
+  model = registry.get(name, num_classes or file_classes or 1, **model_kwargs)
   image_size = getattr(model, "image_size", 64)  # a ResNet's tree is the same at any size
   num_heads = getattr(model, "num_heads", None)
   first_conv = state.get("conv1.weight", state.get("patch_embed.proj.weight"))
@@ -236,15 +324,23 @@ def import_torch(name: str, path_or_state_dict: Path | StateDict, *,
     converted = {k: v for k, v in converted.items() if not k.startswith("params/head/")}
     expected = {k: v for k, v in expected.items() if not k.startswith("params/head/")}
   missing = sorted(k for k in expected if k not in converted)
-  unused += sorted({origin[k] for k in converted if k not in expected})
+  if is_resnet:
+    missing = [f"{_resnet_torch_key(k, file_layout)} -> {k}" for k in missing]
+  unused = sorted(set(unused) | {origin[k] for k in converted if k not in expected})
   mismatched = [f"{origin[k]} -> {k}: file {tuple(v.shape)}, model {tuple(expected[k].shape)}"
                 for k, v in converted.items()
                 if k in expected and tuple(v.shape) != tuple(expected[k].shape)]
   problems = [f"{label} ({len(items)}): {_listing(items)}"
               for label, items in (("missing", missing), ("unused", unused),
                                    ("shape mismatch", mismatched)) if items]
+  if any(m.startswith("conv1.weight ") for m in mismatched) and first_conv.shape[-2:] == (3, 3):
+    problems.append("a 3x3 conv1 is the CIFAR stem: pass model_kwargs={'stem': 'cifar'}")
   if problems:
-    raise ValueError(f"the state dict does not match {name!r}:\n  " + "\n  ".join(problems))
+    source = ("the state dict" if isinstance(path_or_state_dict, Mapping)
+              else repr(os.fspath(path_or_state_dict)))
+    wrapper = f", prefix {prefix!r} removed" if prefix else ""
+    raise ValueError(f"{source} ({file_layout} layout{wrapper}) does not match {name!r}: "
+                     + "; ".join(problems))
   flat = {tuple(k.split("/")): np.asarray(v, np.float32) for k, v in converted.items()}
   return traverse_util.unflatten_dict(flat)
 

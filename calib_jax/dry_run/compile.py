@@ -273,7 +273,8 @@ def train_program(config: ml_collections.ConfigDict, topology: Topology, *,
     state = member_state = experiment.abstract_state()
     train_step = step_lib.make_train_step(
         experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
-        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
+        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch,
+        loss_at_step=experiment.loss_at_step())
     if on_device:
       train_fn = step_lib.jit_multi_step(
           step_lib.resident_steps(train_step, keep_index=config.crl_weight > 0),

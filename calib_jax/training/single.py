@@ -79,7 +79,8 @@ class SingleRun:
     schedule, tx = experiment.optimizer()
     train_step = step_lib.make_train_step(
         experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
-        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
+        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch,
+        loss_at_step=experiment.loss_at_step())
     mesh, on_device, keep_index = experiment.mesh, config.data.on_device, config.crl_weight > 0
     if self.calls_each_step:  # k calls of a program without a loop (CPU, convolutions)
       one_step = (step_lib.resident_step(train_step, keep_index=keep_index) if on_device else

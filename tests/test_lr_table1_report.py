@@ -286,14 +286,14 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | – | 0 of 1 run | – | – |" in lines
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)
   assert "- LR: acc 0.1 (the same); ece 0.3 (sequential: 0.2)." in lines
-  # The whole protocol at the median minutes per member-run: 47 tuning runs (the paper's 33 and
-  # 7 each for MaxSup and LogitNorm; 1.0 against 2.0 min) and 6 known final rows x 10 seeds
+  # The whole protocol at the median minutes per member-run: 48 tuning runs (the paper's 33, 7
+  # for MaxSup and 8 for LogitNorm; 1.0 against 2.0 min) and 6 known final rows x 10 seeds
   # (1.0 against 100 s; the pooled check left out).
   whole = next(l for l in lines if l.startswith("Median per member-run"))
   assert "tuning 1.0 min per member-run (7 so far) against 2.0 min per run (7 runs), 2.00x" in whole
   assert "final 1.0 min per member-run (3 so far) against 1.7 min per run (1 runs), 1.67x" in whole
-  assert whole.endswith("(107 member-runs: 47 tuning, 60 final) at these rates: 1.8 h as sweeps "
-                        "against 3.2 h as sequential runs (1.81x).")
+  assert whole.endswith("(108 member-runs: 48 tuning, 60 final) at these rates: 1.8 h as sweeps "
+                        "against 3.3 h as sequential runs (1.81x).")
   assert sweep_report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
 
 
@@ -335,7 +335,7 @@ def test_maxsup_and_logitnorm_are_tuned_like_lr_and_run_alone_with_losses(tmp_pa
   plan = sweeps.sweep_plan(str(tmp_path), seeds, losses=only)
   assert [item[1] for item in plan] == [
       "loss_kwargs.alpha=0.01,0.025,0.05,0.1,0.2,0.3,0.4",
-      "loss_kwargs.temperature=0.005,0.01,0.02,0.04,0.1,0.2,0.5"]
+      "loss_kwargs.temperature=0.005,0.01,0.02,0.04,0.1,0.2,0.5,1"]
   assert {variant for variant, _ in run.plan(str(tmp_path), seeds, only)} == {
       f"tune,{loss},{v:g}" for loss in only for v in study_config.GRIDS[loss][1]}
   for value in study_config.GRIDS["maxsup"][1]:  # accuracy best at 0.2, ECE at 0.05
@@ -347,7 +347,7 @@ def test_maxsup_and_logitnorm_are_tuned_like_lr_and_run_alone_with_losses(tmp_pa
   assert not any(key == "logitnorm" for key, _, _ in rows)  # its grid is not finished
   plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=5, losses=only)
   assert [(item[0], item[1]) for item in plan] == [
-      ("tune,logitnorm,0.005", "loss_kwargs.temperature=0.005,0.01,0.02,0.04,0.1,0.2,0.5"),
+      ("tune,logitnorm,0.005", "loss_kwargs.temperature=0.005,0.01,0.02,0.04,0.1,0.2,0.5,1"),
       ("final,maxsup,0.2", "seed=0,1,2,3,4"), ("final,maxsup,0.05", "seed=0,1,2,3,4")]
   assert "final,maxsup,0.2" in study_config.VARIANTS
   text = report.write_report(str(tmp_path), str(tmp_path), [0, 1])

@@ -90,7 +90,41 @@ def test_lr_zero_region_and_envelope_gradient():
   np.testing.assert_allclose(grad[~inside], (p - t)[~inside], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["focal", "flsd", "ecp", "cpc", "mdca", "mmce", "als", "lr"])
+def test_maxsup_gradient():
+  """Per example `p − onehot(y) + α(onehot(ŷ) − 1/C)`: the regulariser pulls the top logit
+  (right or wrong) towards the mean, and its gradient sums to zero over the classes."""
+  z, y = random_batch(scale=3.0, seed=23)
+  z[0, y[0]] += 10.0  # row 0 is right
+  alpha = 0.15
+  top = np.argmax(z, -1)
+  assert (top != y).any() and (top == y).any()  # both a wrong and a right top-1
+  expected = np_softmax(z) - np_onehot(y, C) + alpha * (np_onehot(top, C) - 1.0 / C)
+  np.testing.assert_allclose(per_example_grad("maxsup", z, y, alpha=alpha), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [0.3, 5.0])
+def test_logitnorm_gradient(scale):
+  """Per example `(g − (g·z) z/(‖z‖ n)) / (τ n)`, `n = ‖z‖ + 1e-7`, `g = softmax(u) − onehot(y)`,
+  `u = z/(τ n)`: orthogonal to z (the norm of z is not trained)."""
+  z, y = random_batch(scale=scale, seed=24)
+  tau = 0.1
+  norm = np.linalg.norm(z, axis=-1, keepdims=True)
+  n = norm + 1e-7
+  g = np_softmax(z / (tau * n)) - np_onehot(y, C)
+  expected = (g - (g * z).sum(-1, keepdims=True) * z / (norm * n)) / (tau * n)
+  grad = per_example_grad("logitnorm", z, y, temperature=tau)
+  np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5 / scale)
+  np.testing.assert_allclose((grad * z).sum(-1), 0.0, atol=1e-4)
+
+
+def test_logitnorm_gradient_at_zero_logits_is_finite():
+  z = jnp.zeros((2, C))
+  grad = jax.grad(lambda v: losses.get("logitnorm")(v, jnp.array([0, 1])))(z)
+  assert np.all(np.isfinite(np.asarray(grad)))
+
+
+@pytest.mark.parametrize("name", ["focal", "flsd", "ecp", "cpc", "mdca", "mmce", "als", "lr",
+                                  "maxsup", "logitnorm"])
 def test_gradient_matches_finite_differences(name):
   z, y = random_batch(b=4, scale=1.5, seed=12)
   kw = {"objectness": jnp.array([0.3, -1.0, 0.8, 1.0])} if name == "als" else {}

@@ -124,9 +124,19 @@ def ref_mmce(z, y, weight=1.0):
   return ref_ce(z, y).mean() + weight * np.sqrt(max(total, 0.0))
 
 
+def ref_maxsup(z, y, alpha=0.1):
+  return ref_ce(z, y) + alpha * (z.max(-1) - z.mean(-1))
+
+
+def ref_logitnorm(z, y, temperature=0.04):
+  norm = np.sqrt((z * z).sum(-1, keepdims=True)) + 1e-7
+  return ref_ce(z / (temperature * norm), y)
+
+
 PER_EXAMPLE_REFS = {
     "ce": ref_ce, "ls": ref_ls, "focal": ref_focal, "flsd": ref_flsd, "ecp": ref_ecp,
-    "mbls": ref_mbls, "acls": ref_acls, "lr": ref_lr, "cpc": ref_cpc,
+    "mbls": ref_mbls, "acls": ref_acls, "lr": ref_lr, "cpc": ref_cpc, "maxsup": ref_maxsup,
+    "logitnorm": ref_logitnorm,
 }
 
 
@@ -146,7 +156,7 @@ def call(name, z, y, **kw):
 
 def test_names_cover_the_spec_table():
   assert losses.names() == ["ce", "ls", "focal", "flsd", "ecp", "mbls", "acls", "lr", "als",
-                            "mdca", "cpc", "mmce"]
+                            "mdca", "cpc", "mmce", "maxsup", "logitnorm"]
 
 
 # --- values against the numpy references ---------------------------------------------------------
@@ -246,6 +256,17 @@ def test_hand_derived_values():
   # γ = 0 focal is CE.
   z, yy = random_batch(seed=7)
   np.testing.assert_allclose(call("focal", z, yy, gamma=0.0), call("ce", z, yy), rtol=1e-6)
+  # MaxSup is MbLS with margin 0 (mean_k relu(max z − z_k) = max z − mean z), any α.
+  np.testing.assert_allclose(call("maxsup", z, yy, alpha=0.3),
+                             call("mbls", z, yy, margin=0.0, alpha=0.3), rtol=1e-6)
+  # MaxSup on equal logits is CE (max = mean); LogitNorm at z = 0 too (u = 0: log C).
+  np.testing.assert_allclose(call("maxsup", uniform + 2.0, y), log_c, rtol=1e-6)
+  np.testing.assert_allclose(call("logitnorm", uniform, y), log_c, rtol=1e-6)
+  # LogitNorm sees only the direction of z: CE of z scaled to norm 1/τ, whatever z's norm.
+  direction = z / np.linalg.norm(z, axis=-1, keepdims=True)
+  for scale in (0.5, 30.0):
+    np.testing.assert_allclose(call("logitnorm", scale * z, yy, temperature=0.25),
+                               ref_ce(direction / 0.25, yy).mean(), rtol=1e-5)
 
 
 # --- shapes, masks, transformations --------------------------------------------------------------
@@ -344,6 +365,9 @@ def test_unknown_name_lists_valid_names():
     ("lr", {"alpha": 1.0}, r"alpha=1.0 is outside \[0.0, 1.0\)"),
     ("acls", {"winner_term": "min"}, r"winner_term='min' is not one of"),
     ("als", {"beta": 2.0}, r"beta=2.0 is outside"),
+    ("maxsup", {"alpha": -0.1}, r"alpha=-0.1 is outside \[0.0, inf\]"),
+    ("logitnorm", {"temperature": 0.0}, r"temperature=0.0 is outside \(0.0, inf\]"),
+    ("logitnorm", {"tau": 0.1}, r"unknown hyper-parameter.*'tau'.*temperature"),
 ])
 def test_bad_hparams_rejected_at_get(name, kw, pattern):
   with pytest.raises(ValueError, match=pattern):

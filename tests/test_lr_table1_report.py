@@ -252,7 +252,8 @@ def test_the_sweep_plan_runs_grids_as_one_sweep_and_final_rows_in_chunks_of_seed
   assert order.index("final_ts,ce") < order.index("final,ce")
   # Every grid runs before any final row, so each row of the table is known early.
   grids = [index for index, item in enumerate(plan) if item[3] == "val"]
-  assert [plan[i][0].split(",")[1] for i in grids] == ["lr", "ls", "focal", "ecp", "mbls"]
+  assert [plan[i][0].split(",")[1] for i in grids] == ["lr", "ls", "focal", "ecp", "mbls",
+                                                       "maxsup", "logitnorm"]
   assert max(grids) < min(i for i, item in enumerate(plan) if item[3] == "test")
   unchunked = sweeps.sweep_plan(str(tmp_path), seeds)
   assert [item[1] for item in unchunked if item[0] == "final,ce"] == ["seed=4,5,6,7,8,9"]
@@ -285,13 +286,14 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   assert "| `final_ts,ce` [seed=0] | 1 | 0.8 | – | 0 of 1 run | – | – |" in lines
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)
   assert "- LR: acc 0.1 (the same); ece 0.3 (sequential: 0.2)." in lines
-  # The whole protocol at the median minutes per member-run: 33 tuning runs (1.0 against 2.0
-  # min) and 6 known final rows x 10 seeds (1.0 against 100 s; the pooled check left out).
+  # The whole protocol at the median minutes per member-run: 48 tuning runs (the paper's 33, 7
+  # for MaxSup and 8 for LogitNorm; 1.0 against 2.0 min) and 6 known final rows x 10 seeds
+  # (1.0 against 100 s; the pooled check left out).
   whole = next(l for l in lines if l.startswith("Median per member-run"))
   assert "tuning 1.0 min per member-run (7 so far) against 2.0 min per run (7 runs), 2.00x" in whole
   assert "final 1.0 min per member-run (3 so far) against 1.7 min per run (1 runs), 1.67x" in whole
-  assert whole.endswith("(93 member-runs: 33 tuning, 60 final) at these rates: 1.6 h as sweeps "
-                        "against 2.8 h as sequential runs (1.78x).")
+  assert whole.endswith("(108 member-runs: 48 tuning, 60 final) at these rates: 1.8 h as sweeps "
+                        "against 3.3 h as sequential runs (1.81x).")
   assert sweep_report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
 
 
@@ -321,3 +323,41 @@ def test_a_resumed_sweep_reports_its_training_time_over_all_sessions(tmp_path, m
   monkeypatch.setattr(loop, "train_and_evaluate", train(100.0, preempt=False))
   written = sweeps.run_sweep(item, str(tmp_path), str(tmp_path / "out"))
   assert [summary["seconds"] for _, _, summary in written] == [200.0, 200.0]  # (300 + 100) / 2
+
+
+def test_maxsup_and_logitnorm_are_tuned_like_lr_and_run_alone_with_losses(tmp_path):
+  """The rows added beyond the paper: one grid sweep each on the hold-out, then a row for
+  accuracy and one for ECE; `losses=` plans only their sweeps (the finished study's rows stay
+  done), sequentially as well."""
+  from studies.lr_table1 import sweeps
+  seeds = list(range(10))
+  only = ("maxsup", "logitnorm")
+  plan = sweeps.sweep_plan(str(tmp_path), seeds, losses=only)
+  assert [item[1] for item in plan] == [
+      "loss_kwargs.alpha=0.01,0.025,0.05,0.1,0.2,0.3,0.4",
+      "loss_kwargs.temperature=0.005,0.01,0.02,0.04,0.1,0.2,0.5,1"]
+  assert {variant for variant, _ in run.plan(str(tmp_path), seeds, only)} == {
+      f"tune,{loss},{v:g}" for loss in only for v in study_config.GRIDS[loss][1]}
+  for value in study_config.GRIDS["maxsup"][1]:  # accuracy best at 0.2, ECE at 0.05
+    _write(tmp_path, f"tune,maxsup,{value:g}", 0, accuracy=0.9 - abs(value - 0.2),
+           ece=0.01 + abs(value - 0.05))
+  rows = summaries.final_rows(str(tmp_path))
+  assert ("maxsup", "final,maxsup,0.2", "acc") in rows
+  assert ("maxsup", "final,maxsup,0.05", "ece") in rows
+  assert not any(key == "logitnorm" for key, _, _ in rows)  # its grid is not finished
+  plan = sweeps.sweep_plan(str(tmp_path), seeds, max_members=5, losses=only)
+  assert [(item[0], item[1]) for item in plan] == [
+      ("tune,logitnorm,0.005", "loss_kwargs.temperature=0.005,0.01,0.02,0.04,0.1,0.2,0.5,1"),
+      ("final,maxsup,0.2", "seed=0,1,2,3,4"), ("final,maxsup,0.05", "seed=0,1,2,3,4")]
+  assert "final,maxsup,0.2" in study_config.VARIANTS
+  text = report.write_report(str(tmp_path), str(tmp_path), [0, 1])
+  assert "| MaxSup (opt. for acc.) | 0.2 | 0/2 | pending | – |" in text
+  assert "| LogitNorm | temperature | 0.04 | pending | pending |" in text
+
+
+def test_the_losses_flag_names_the_valid_ones():
+  result = subprocess.run([sys.executable, "-m", "studies.lr_table1", "--losses=maxsup,logitnrom",
+                           "--report_only"], cwd=ROOT, capture_output=True, text=True)
+  assert result.returncode != 0
+  assert "--losses: unknown logitnrom; valid: ls, lr, ecp, focal, mbls, maxsup, logitnorm" \
+      in result.stderr

@@ -11,7 +11,8 @@ recipe says and offer named variants (`calib_jax.config.variants`). Fields:
   `eval_batch_size`, `on_device` (the training split resident on the devices);
 * model: `model`, `model_kwargs`, `dtype`, `pretrained` (path of variables to start from),
   `pretrained_skip` (top-level parameter names not taken from it);
-* loss: `loss`, `loss_kwargs`, `crl_weight` (CRL ranking term, 0 = off);
+* loss: `loss`, `loss_kwargs`, `loss_schedule` (`name`, `hparam`, `end`: a hyper-parameter
+  changed over the epochs, `calib_jax.losses.schedule`), `crl_weight` (CRL ranking term, 0 = off);
 * `optimizer`: `name`, `learning_rate`, `momentum`, `nesterov`, `weight_decay`, `b1`/`b2`/`eps`,
   `grad_clip_norm`, `sam_rho`, `lr_multipliers`;
 * `schedule`: `name`, `warmup_epochs`, `boundaries_epochs`, `decay_factor`, `poly_power`,
@@ -81,6 +82,14 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.loss = "ce"
   c.loss_kwargs = ml_collections.ConfigDict()
+  # A real hyper-parameter of the loss changed over training (`calib_jax.losses.schedule`):
+  # name "linear_epochs" takes `hparam` linearly from its loss_kwargs value (or its default;
+  # a sweep member's value when swept) in the first epoch to `end` in the last, constant within
+  # an epoch, e.g. MaxSup's alpha 0.1 -> 0.2 (hparam="alpha", end=0.2). "none": constants.
+  c.loss_schedule = ml_collections.ConfigDict()
+  c.loss_schedule.name = "none"
+  c.loss_schedule.hparam = ""
+  c.loss_schedule.end = 0.0
   c.crl_weight = 0.0
 
   # Length: num_train_steps if > 0, else num_epochs * steps_per_epoch; steps_per_epoch <= 0

@@ -13,7 +13,10 @@ ones its tuning chose.
 
     python train.py --config=configs/fashion_mnist_mlp.py:lr --workdir=workdirs/fashion_mnist_lr
 
-Variants (`:arg`): ce, ls, ecp (CP), focal, lr (default).
+Variants (`:arg`): ce, ls, ecp (CP), focal, lr (default); beyond the paper maxsup,
+maxsup_linear (MaxSup with its official alpha 0.1 -> 0.2 over the epochs) and logitnorm.
+
+    python train.py --config=configs/fashion_mnist_mlp.py:maxsup --workdir=workdirs/fm_maxsup
 """
 import os
 

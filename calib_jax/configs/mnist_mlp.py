@@ -9,11 +9,13 @@ and a step factor 0.3162 once the 0-based epoch exceeds 25 or 40, i.e. never wit
 (Fashion-MNIST's drop at epoch 30 does fire). Loss hyper-parameters were tuned on a
 1/6 hold-out per target (accuracy or ECE) and are not reported: the defaults below (LS eps=0.1,
 CP beta=0.1, FL gamma=3, LR alpha=0.1) are starting points; override with
-`--config.loss_kwargs.alpha=...`.
+`--config.loss_kwargs.alpha=...`. Beyond the paper: MaxSup (alpha=0.1, the official default;
+`maxsup_linear` adds its official linear alpha schedule to 0.2) and LogitNorm (temperature=0.04,
+the official CIFAR-10 default).
 
     python train.py --config=configs/mnist_mlp.py:lr --workdir=workdirs/mnist_lr
 
-Variants (`:arg`): ce, ls, ecp (CP), focal, lr (default).
+Variants (`:arg`): ce, ls, ecp (CP), focal, lr (default), maxsup, maxsup_linear, logitnorm.
 """
 import ml_collections
 
@@ -22,7 +24,10 @@ from calib_jax.config import base_config
 
 VARIANTS = {loss: {"loss": loss, "loss_kwargs": kwargs} for loss, kwargs in (
     ("ce", {}), ("ls", {"epsilon": 0.1}), ("ecp", {"beta": 0.1}), ("focal", {"gamma": 3.0}),
-    ("lr", {"alpha": 0.1}))}
+    ("lr", {"alpha": 0.1}), ("maxsup", {"alpha": 0.1}), ("logitnorm", {"temperature": 0.04}))}
+# MaxSup as its official trainers run it: alpha from 0.1 in the first epoch to 0.2 in the last.
+VARIANTS["maxsup_linear"] = {**VARIANTS["maxsup"], "loss_schedule.name": "linear_epochs",
+                             "loss_schedule.hparam": "alpha", "loss_schedule.end": 0.2}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

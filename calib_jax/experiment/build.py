@@ -15,7 +15,7 @@ that builds is exactly the model and loss that training will use.
 """
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -80,10 +80,30 @@ class Experiment:
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh,
                data_recipe: DataRecipe, model_recipe: weights.ModelRecipe, model: nn.Module,
-               loss_fn: LossFn):
+               loss_fn: LossFn, bind_loss: Callable[..., LossFn] | None = None):
     self.config, self.mesh, self.data = config, mesh, data_recipe
     self.meta = data_recipe.meta
     self.model_recipe, self.model, self.loss_fn = model_recipe, model, loss_fn
+    self._bind_loss = bind_loss
+
+  def loss_at_step(self, values: Mapping[str, Any] | None = None
+                   ) -> Callable[[jax.Array], LossFn] | None:
+    """`loss_at_step(step) -> loss_fn` when `config.loss_schedule` changes a hyper-parameter
+    over training (`losses.schedule.scheduled`), else None (the loss is `loss_fn`, or a sweep
+    member's `values` bound). `values` are the loss's bound values (a sweep member's, traced);
+    the scheduled one starts from its value there, else from the config's."""
+    schedule = self.config.loss_schedule
+    if schedule.name == "none":
+      return None
+    from calib_jax import losses  # Deferred as in `build`.
+    hparam = schedule.hparam
+    configured = {**losses.default_hparams(self.config.loss), **self.config.loss_kwargs.to_dict()}
+    start = (values or {}).get(hparam, configured[hparam])
+    length = self.length
+    num_epochs = -(-length.total_steps // length.steps_per_epoch)
+    return losses.schedule.scheduled(self._bind_loss, hparam, start=start, end=schedule.end,
+                                   steps_per_epoch=length.steps_per_epoch,
+                                   num_epochs=num_epochs, values=values)
 
   @functools.cached_property
   def length(self) -> RunLength:
@@ -179,13 +199,16 @@ def build(config: ml_collections.ConfigDict, *,
   mesh = parallel.make_mesh(devices, member_shards)
   # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
   problems = problems_lib.config_problems(config, num_devices // member_shards) + problems
-  loss_fn = meta = data_recipe = recipe = model = None
+  loss_fn = bind_loss = meta = data_recipe = recipe = model = None
   try:
     # Real hyper-parameters hidden from the compiler, as a sweep's traced ones are: a single
     # run's step is then its sweep member's, bit for bit (`losses.traced`).
-    loss_fn = losses.traced(config.loss, **config.loss_kwargs.to_dict())()
+    bind_loss = losses.traced(config.loss, **config.loss_kwargs.to_dict())
+    loss_fn = bind_loss()
   except (ValueError, TypeError) as e:
     problems.append(str(e))
+  else:
+    problems += problems_lib.loss_schedule_problems(config.loss, config.loss_schedule)
   try:
     meta = data.info(config.data.name)
   except ValueError as e:
@@ -201,4 +224,4 @@ def build(config: ml_collections.ConfigDict, *,
                       f"model {config.model!r}: {e}")
     problems += problems_lib.task_problems(config, meta)
   schema.raise_if_problems(problems)
-  return Experiment(config, mesh, data_recipe, recipe, model, loss_fn)
+  return Experiment(config, mesh, data_recipe, recipe, model, loss_fn, bind_loss)

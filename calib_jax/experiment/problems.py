@@ -17,7 +17,8 @@ from typing import Any
 import ml_collections
 
 from calib_jax import data as data_lib
-from calib_jax import posthoc
+from calib_jax import losses, posthoc
+from calib_jax.losses import schedule as loss_schedules
 from calib_jax.data import resident
 from calib_jax.experiment.data import DataRecipe, ROLES
 from calib_jax.models import torch_import
@@ -241,4 +242,23 @@ def pretrained_problems(pretrained: str | None, model_name: str) -> list[str]:
   if torch_import.is_torch_file(pretrained) and torch_import.torch_layout(model_name) is None:
     return [f"pretrained={pretrained!r} is a PyTorch file, but model {model_name!r} has no "
             f"PyTorch converter; models with one: {', '.join(torch_import.torch_models())}"]
+  return []
+
+
+def loss_schedule_problems(loss: str, loss_schedule: Any) -> list[str]:
+  """What is wrong with a config's `loss_schedule` for loss `loss` (a known loss: the
+  registry's own error reports an unknown one)."""
+  real_hparams = losses.real_hparams(loss)
+  name = loss_schedule.name
+  if name not in loss_schedules.SCHEDULES:
+    return [f"unknown loss_schedule.name {name!r}; valid: {', '.join(loss_schedules.SCHEDULES)}"]
+  if name == "none":
+    return []
+  if loss_schedule.hparam not in real_hparams:
+    return [f"loss_schedule.hparam={loss_schedule.hparam!r} is not a real hyper-parameter of "
+            f"loss {loss!r} (real ones: {', '.join(real_hparams) or 'none'})"]
+  try:
+    losses.check_hparam(loss, loss_schedule.hparam, loss_schedule.end)
+  except (ValueError, TypeError) as e:
+    return [f"loss_schedule.end: {e}"]
   return []

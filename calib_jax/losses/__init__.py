@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 import jax
 import jax.numpy as jnp
 
-from calib_jax.losses import adaptive, basic, batch_terms, margin, pairwise, relaxation
+from calib_jax.losses import (adaptive, basic, batch_terms, margin, normalised, pairwise,
+                              relaxation, schedule)
 from calib_jax.losses._common import LossInputs, masked_mean, prepare
 from calib_jax.losses.adaptive import objectness_targets
 from calib_jax.losses.basic import smoothed_targets
@@ -52,6 +53,9 @@ _LOSSES: dict[str, _LossDef] = {
     "mdca": _LossDef(batch_terms.mdca, {"beta": Real(1.0)}, batch_level=True),
     "cpc": _LossDef(pairwise.pairwise_constraints, {"lambda_1v1": Real(1.0), "lambda_be": Real(1.0)}),
     "mmce": _LossDef(batch_terms.mmce, {"weight": Real(1.0)}, batch_level=True),
+    "maxsup": _LossDef(margin.max_suppression, {"alpha": Real(0.1)}),
+    "logitnorm": _LossDef(normalised.logit_norm,
+                          {"temperature": Real(0.04, 0.0, low_open=True)}),
 }
 
 
@@ -173,5 +177,5 @@ def effective_target(loss_fn: LossFn, logits, labels, **kwargs) -> jax.Array:
   return jax.nn.softmax(logits) - jnp.maximum(count, 1) * grad
 
 
-__all__ = ["get", "traced", "hparam_specs", "real_hparams", "check_hparam", "names", "default_hparams", "effective_target", "smoothed_targets",
+__all__ = ["get", "traced", "schedule", "hparam_specs", "real_hparams", "check_hparam", "names", "default_hparams", "effective_target", "smoothed_targets",
            "objectness_targets", "LossInputs"]

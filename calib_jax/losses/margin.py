@@ -60,3 +60,24 @@ def adaptive_conditional_label_smoothing(x: LossInputs, *, margin: float, lambda
   losers = jnp.where(is_top, 0.0, jax.nn.relu(loser_gaps - margin) ** 2)
   loser = jnp.sum(losers, axis=-1) / (num_classes - 1)
   return cross_entropy(x) + lambda_pos * winner + lambda_neg * loser
+
+
+def max_suppression(x: LossInputs, *, alpha: float) -> jax.Array:
+  """MaxSup (Zhou et al. 2025, "MaxSup: Overcoming Representation Collapse in Label Smoothing").
+
+      L = −log p_y + α · (max_k z_k − (1/C) Σ_k z_k)
+
+  As the official code (`MaxSupLoss`) computes it: the top-1 logit (not the true class's, as
+  label smoothing's implicit penalty `z_y − mean z` would) minus the mean over all C classes
+  (the top one included), neither term stopped, the per-example values averaged over the batch
+  like the cross-entropy. It is MbLS with margin 0: `mean_k relu(max z − z_k) = max z − mean z`.
+
+  Gradient per example: `p − onehot(y) + α·(onehot(ŷ) − 1/C)`, ŷ = argmax (first index on ties;
+  torch's `topk` picks one of the tied logits too). The regulariser's gradient sums to zero over
+  the classes: it does not move the logits' common level, only pulls the top one to the mean.
+
+  The official trainers raise α linearly over the epochs (0.1 → 0.2); that schedule is
+  `config.loss_schedule` (`calib_jax.losses.schedule`), not part of this function.
+  """
+  penalty = predicted_logit(x.logits) - jnp.mean(x.logits, axis=-1)
+  return cross_entropy(x) + alpha * penalty

@@ -142,12 +142,14 @@ class Population:
         learning_rate=values.get("optimizer.learning_rate"),
         weight_decay=values.get("optimizer.weight_decay"))
 
+  @staticmethod
+  def _loss_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {f.split(".", 1)[1]: v for f, v in values.items() if f.startswith("loss_kwargs.")}
+
   def _loss(self, values: Mapping[str, Any]):
     """The member's loss: its swept values bound, the config's others fixed; with none swept
     (a seed sweep) the single run's loss (`experiment.build` binds no values either)."""
-    loss_values = {f.split(".", 1)[1]: v for f, v in values.items()
-                   if f.startswith("loss_kwargs.")}
-    return self._bind_loss(**loss_values)
+    return self._bind_loss(**self._loss_values(values))
 
   def _member_values(self, index: int) -> dict[str, jax.Array]:
     return {f: jnp.asarray(v[index]) for f, v in self.values.items()}
@@ -189,7 +191,8 @@ class Population:
       train_step = step_lib.make_train_step(
           experiment.model, self._loss(member_values), tx, schedule,
           sam_rho=config.optimizer.sam_rho, crl_weight=config.crl_weight,
-          steps_per_epoch=steps_per_epoch)
+          steps_per_epoch=steps_per_epoch,
+          loss_at_step=experiment.loss_at_step(self._loss_values(member_values)))
       return train_step(state, batch)
 
     def stream_inputs(stream, stream_inputs_):

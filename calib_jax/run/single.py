@@ -35,7 +35,8 @@ class SingleRun:
     schedule, tx = experiment.optimizer()
     train_step = step_lib.make_train_step(
         experiment.model, experiment.loss_fn, tx, schedule, sam_rho=config.optimizer.sam_rho,
-        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch)
+        crl_weight=config.crl_weight, steps_per_epoch=experiment.length.steps_per_epoch,
+        loss_at_step=experiment.loss_at_step())
     return programs.train_program(programs.of_train_step(train_step), self.layout,
                                   per_step=per_step, resident=config.data.on_device,
                                   keep_index=config.crl_weight > 0)

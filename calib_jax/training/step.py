@@ -53,6 +53,7 @@ def make_train_step(
     sam_rho: float = 0.0,
     crl_weight: float = 0.0,
     steps_per_epoch: int = 1,
+    loss_at_step: Callable[[jax.Array], LossFn] | None = None,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
   """Returns the un-jitted `train_step(state, batch) -> (state, metrics)`.
 
@@ -68,6 +69,8 @@ def make_train_step(
       BatchNorm statistics come from the first pass.
     crl_weight: weight of the CRL ranking term (0 = off; needs `batch['index']`).
     steps_per_epoch: for CRL's epoch-dependent history normalisation.
+    loss_at_step: when given, the loss of step `state.step` (a loss hyper-parameter schedule,
+      `Experiment.loss_at_step`), used instead of `loss_fn`.
 
   The metrics are scalars: `loss` (the objective), `accuracy`, `grad_norm`, `learning_rate`,
   `finite` (1.0 when the loss and gradient norm are finite), and `crl_loss` with CRL.
@@ -81,7 +84,8 @@ def make_train_step(
                                   mutable=["batch_stats"], rngs={"dropout": key})
     labels, mask = batch["label"], batch_mask(batch)
     extra = {"objectness": batch["objectness"]} if "objectness" in batch else {}
-    loss = loss_fn(logits, labels, mask=mask, **extra)
+    step_loss = loss_fn if loss_at_step is None else loss_at_step(state.step)
+    loss = step_loss(logits, labels, mask=mask, **extra)
     aux = {"logits": logits, "batch_stats": updates.get("batch_stats", state.batch_stats)}
     if crl_weight:
       epoch = state.step // steps_per_epoch + 1

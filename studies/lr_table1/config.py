@@ -9,7 +9,9 @@ augmentation, no weight decay). What changes is the data split, the loss and its
   (the paper's hold-out of 1/6 of the training data; the official code's `train_test_split`
   holds out 25 % at random instead). Losses and grids (paper Sec. 5): `ls`/`lr` alpha in
   {0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4}, `ecp` (CP) beta in {0.1, 0.3, 0.5, 1, 2, 4, 8},
-  `focal` gamma in {0.1, 0.2, 0.5, 1, 2, 3.5, 5}; `mbls` margin in {2, 4, 6, 8, 10} (alpha 0.1).
+  `focal` gamma in {0.1, 0.2, 0.5, 1, 2, 3.5, 5}; `mbls` margin in {2, 4, 6, 8, 10} (alpha 0.1);
+  beyond the paper `maxsup` alpha in {0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4} and `logitnorm`
+  temperature in {0.005, 0.01, 0.02, 0.04, 0.1, 0.2, 0.5, 1}.
 * `final,<loss>[,<value>][,clip]`: train on all 60,000 training images, report on the 10,000
   test images. `ce`; the tuned losses with the chosen value; `mbls,<margin>`; `acls` (official
   defaults: margin 10, lambda 0.1 / 0.01, winner term on the max). `clip` adds the MbLS/ACLS
@@ -51,6 +53,11 @@ GRIDS = {
     "ecp": ("beta", (0.1, 0.3, 0.5, 1.0, 2.0, 4.0, 8.0)),
     "focal": ("gamma", (0.1, 0.2, 0.5, 1.0, 2.0, 3.5, 5.0)),
     "mbls": ("margin", (2.0, 4.0, 6.0, 8.0, 10.0)),
+    # Beyond the paper: MaxSup's alpha on the LR/LS grid (official default 0.1, constant: the
+    # official 0.1 -> 0.2 schedule is `configs/fashion_mnist_mlp.py:maxsup_linear`), and
+    # LogitNorm's temperature around the official CIFAR-10 default 0.04.
+    "maxsup": ("alpha", (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4)),
+    "logitnorm": ("temperature", (0.005, 0.01, 0.02, 0.04, 0.1, 0.2, 0.5, 1.0)),
 }
 SPLITS = {
     "tune": {"train": "train[:50000]", "val": "train[50000:]", "test": "test"},

@@ -47,17 +47,18 @@ def run_one(variant: str, seed: int, workdir: str, out_dir: str) -> Summary:
   return summary
 
 
-def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
+def plan(out_dir: str, seeds: list[int], losses: tuple[str, ...] = ()) -> list[tuple[str, int]]:
   """Runs still to do, in order: tuning of LR and LS; seed 0 of every final configuration
   known so far (so each row has a first number early); the other tunings; then the other seeds,
   seed by seed (every row gets a spread before any row gets its third seed); last the checks of
   the test split (`pooled,<final>,<k>` on seed k, for the rows of SPLIT_CHECKS) and of the
   initialisation (`keras_init,ce`). The order only decides when a number arrives: selection
   reads tuning summaries alone, so running a final before another loss's tuning cannot change
-  what is chosen."""
+  what is chosen. With `losses`, only those losses' tuning and final runs (no checks)."""
   grids = study_config.GRIDS
   first = [f"tune,{loss},{v:g}" for loss in ("lr", "ls") for v in grids[loss][1]]
-  others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls") for v in grids[loss][1]]
+  others = [f"tune,{loss},{v:g}" for loss in ("focal", "ecp", "mbls", "maxsup", "logitnorm")
+            for v in grids[loss][1]]
   finals = [variant for _, variant, _ in final_rows(out_dir)]
   todo = [(variant, 0) for variant in first]
   if all(load_summary(out_dir, variant, 0) is not None for variant in first):
@@ -68,6 +69,9 @@ def plan(out_dir: str, seeds: list[int]) -> list[tuple[str, int]]:
            for _, _, variant in split_check_rows(out_dir)
            for fold in range(study_config.POOLED_FOLDS)]
   todo += [("keras_init,ce", 0)]
+  if losses:
+    todo = [item for item in todo if item[0].split(",")[1] in losses
+            and item[0].split(",")[0] in ("tune", "final")]
   seen, result = set(), []
   for item in todo:
     if item not in seen and load_summary(out_dir, *item) is None:
@@ -82,20 +86,22 @@ def _runs(count: int) -> str:
 
 def run_study(workdir: str, out_dir: str, seeds: list[int], max_minutes: float = 0.0,
               report_only: bool = False, readme: str = "", *, sweeps: bool = False,
-              max_members: int = 0) -> int:
+              max_members: int = 0, losses: tuple[str, ...] = ()) -> int:
   """Runs the plan until it is empty (or `max_minutes` have passed; 0: no limit), rewriting the
   report after each run, then prints the report and, with `readme`, writes its summary table
   there. With `sweeps`, runs `sweeps.sweep_plan` instead (one sweep per grid or final row,
-  a final row's seeds in sweeps of at most `max_members` when it is > 0).
+  a final row's seeds in sweeps of at most `max_members` when it is > 0). With `losses`, only
+  those losses' tuning and final runs (e.g. the rows added to a finished study).
   Returns the exit code: 0, or the preemption code when a run was stopped by SIGTERM."""
   start, durations = time.monotonic(), []  # durations: this process's runs, for the ETA
   if sweeps and not report_only:
-    code = sweeps_lib.run_sweeps(workdir, out_dir, seeds, max_minutes, start, max_members)
+    code = sweeps_lib.run_sweeps(workdir, out_dir, seeds, max_minutes, start, max_members,
+                                 losses)
     if code:
       return code
     report_only = True
   while not report_only:
-    todo = plan(out_dir, seeds)
+    todo = plan(out_dir, seeds, losses)
     if not todo:
       break
     if max_minutes and time.monotonic() - start > 60 * max_minutes:

@@ -14,11 +14,13 @@ from typing import Any
 from studies.lr_table1 import config as study_config
 
 TUNED = ("ls", "ecp", "focal", "lr")
+# Losses beyond the paper's table, tuned like TUNED (a row for accuracy, one for ECE).
+ADDED = ("maxsup", "logitnorm")
 # Every loss with a tuning grid (`config.GRIDS`), in the order the report lists them.
-GRID_LOSSES = (*TUNED, "mbls")
+GRID_LOSSES = (*TUNED, "mbls", *ADDED)
 SUMMARY_FOLDER = "lr_table1"  # under --out_dir: one summary JSON per run
 DISPLAY = {"ce": "CE", "ls": "LS", "ecp": "CP", "focal": "FL", "lr": "LR", "mbls": "MbLS",
-           "acls": "ACLS"}
+           "acls": "ACLS", "maxsup": "MaxSup", "logitnorm": "LogitNorm"}
 # LR paper Table 1, Fashion-MNIST: (accuracy mean, std, ECE mean, std), 10 seeds.
 PAPER = {
     ("ce", None): (0.912, 0.003, 0.129, 0.184),
@@ -90,6 +92,11 @@ def final_rows(out_dir: str) -> list[tuple[str, str, str | None]]:
     rows += [("mbls", f"final,mbls,{margin:g}", "ece"),
              ("mbls", f"final,mbls,{margin:g},clip", "ece")]
   rows += [("acls", "final,acls", None), ("acls", "final,acls,clip", None)]
+  for loss in ADDED:
+    scores = tuning_scores(out_dir, loss)
+    if scores is not None:
+      for target in ("acc", "ece"):
+        rows.append((loss, f"final,{loss},{select(scores, target):g}", target))
   return rows
 
 
@@ -130,7 +137,7 @@ def row_label(key: str, target: str | None) -> str:
 @dataclasses.dataclass(frozen=True)
 class Row:
   """One final configuration and what its seeds gave on the test set."""
-  key: str                 # 'ce', 'ce_ts', a loss of TUNED, 'mbls', 'acls'
+  key: str                 # 'ce', 'ce_ts', a loss of TUNED or ADDED, 'mbls', 'acls'
   variant: str
   target: str | None       # the selection target of a tuned value ('acc', 'ece') or None
   runs: int                # seeds with a summary (finished or diverged)

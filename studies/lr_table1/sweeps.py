@@ -28,7 +28,7 @@ from studies.lr_table1.summaries import final_rows, load_summary, summarize, sum
 # (config variant the sweep starts from, sweep text, [(member variant, seed)], split)
 SweepItem = tuple[str, str, list[tuple[str, int]], str]
 # The losses with a tuning grid (summaries.GRID_LOSSES), in the order their grid sweeps run.
-GRID_RUN_ORDER = ("lr", "ls", "focal", "ecp", "mbls")
+GRID_RUN_ORDER = ("lr", "ls", "focal", "ecp", "mbls", "maxsup", "logitnorm")
 
 
 def _grid_sweep(out_dir: str, loss: str) -> SweepItem | None:
@@ -50,19 +50,28 @@ def _seed_sweep(out_dir: str, variant: str, seeds: list[int],
   return (variant, "seed=" + ",".join(map(str, todo)), [(variant, s) for s in todo], "test")
 
 
-def sweep_plan(out_dir: str, seeds: list[int], max_members: int = 0) -> list[SweepItem]:
+def row_loss(variant: str) -> str:
+  """The loss of a study variant: `tune,maxsup,0.1` and `final,maxsup,0.1` -> 'maxsup',
+  `final_ts,ce` -> 'ce'."""
+  return variant.split(",")[1]
+
+
+def sweep_plan(out_dir: str, seeds: list[int], max_members: int = 0,
+               losses: tuple[str, ...] = ()) -> list[SweepItem]:
   """Sweeps still to run, in order: every tuning grid (LR and LS first, then FL, CP and MbLS),
   then the final rows on every seed. With `max_members`, a final row's seeds are run in sweeps
   of at most that many (the first ones without a summary; the rest come in a later sweep), the
   rows with the fewest finished seeds first, so every row of the table gets a spread (and
-  every claim a first verdict) before any row gets all its seeds."""
+  every claim a first verdict) before any row gets all its seeds. With `losses`, only the
+  grids and final rows of those losses (e.g. `("maxsup", "logitnorm")`)."""
   def seed_sweeps():  # the rows with the fewest finished seeds first: spreads before depth
     done = lambda variant: sum(load_summary(out_dir, variant, s) is not None for s in seeds)
     return [_seed_sweep(out_dir, variant, seeds, max_members)
             for variant in sorted((v for _, v, _ in final_rows(out_dir)), key=done)]
 
   items = [_grid_sweep(out_dir, loss) for loss in GRID_RUN_ORDER] + seed_sweeps()
-  return [item for item in items if item is not None]
+  return [item for item in items
+          if item is not None and (not losses or row_loss(item[0]) in losses)]
 
 
 def sweep_workdir(workdir: str, variant: str, text: str) -> str:
@@ -136,12 +145,12 @@ def run_sweep(item: SweepItem, workdir: str, out_dir: str) -> list[tuple[str, in
 
 
 def run_sweeps(workdir: str, out_dir: str, seeds: list[int], max_minutes: float,
-                start: float, max_members: int = 0) -> int:
+                start: float, max_members: int = 0, losses: tuple[str, ...] = ()) -> int:
   """Runs `sweep_plan` until it is empty or `max_minutes` (from `start`) have passed,
   rewriting the report after each sweep; returns 0 or the preemption exit code."""
   from calib_jax.run import preemption
   from studies.lr_table1.report import write_report
-  while todo := sweep_plan(out_dir, seeds, max_members):
+  while todo := sweep_plan(out_dir, seeds, max_members, losses):
     if max_minutes and time.monotonic() - start > 60 * max_minutes:
       print(f"time budget reached; {len(todo)} sweep(s) left", flush=True)
       return 0

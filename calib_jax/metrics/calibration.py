@@ -130,6 +130,38 @@ def mce_from_bins(counts, confidence_sum, hits):
   return jnp.max(jnp.where(counts > 0, gaps, 0.0)).astype(jnp.float32)
 
 
+def rms_from_bins(counts, confidence_sum, hits, num_samples) -> jax.Array:
+  """`sqrt(Σ_b (hits_b − Σ_{i∈b} c_i)² / |B_b| / N)`: the ℓ2 (RMS) calibration error of bin sums,
+  `sqrt(Σ_b |B_b|/N · (acc_b − conf_b)²)` (empty bins add 0)."""
+  gaps = jnp.square(hits - confidence_sum)
+  per_bin = _safe_div(gaps, counts)
+  return jnp.sqrt(_safe_div(jnp.sum(per_bin), num_samples))
+
+
+NORMS = ("l1", "l2", "max")
+
+
+def calibration_error_from_bins(counts, confidence_sum, hits, num_samples, norm: str = "l1"):
+  """The binned calibration error of bin sums in `norm`, each the one formula of its quantity:
+
+  * `"l1"`: `Σ_b |B_b|/N · |acc_b − conf_b|` (`ece_from_bins`);
+  * `"l2"`: `sqrt(Σ_b |B_b|/N · (acc_b − conf_b)²)` (`rms_from_bins`);
+  * `"max"`: `max_b |acc_b − conf_b|` over non-empty bins (`mce_from_bins`).
+  """
+  if norm == "l1":
+    return ece_from_bins(confidence_sum, hits, num_samples)
+  if norm == "l2":
+    return rms_from_bins(counts, confidence_sum, hits, num_samples)
+  return mce_from_bins(counts, confidence_sum, hits)
+
+
+def check_norm(norm) -> str:
+  """`norm` if it is one of `NORMS`, else a one-line ValueError."""
+  if not isinstance(norm, str) or norm not in NORMS:
+    raise ValueError(f"norm must be one of {', '.join(NORMS)}; got {norm!r}.")
+  return norm
+
+
 def reliability_from_bins(counts, confidence_sum, hits) -> "ReliabilityBins":
   """Mean confidence and accuracy per bin from the bin sums (0 for empty bins)."""
   return ReliabilityBins(counts, _safe_div(confidence_sum, counts), _safe_div(hits, counts))
@@ -155,7 +187,8 @@ def _reliability_bins(probs, labels, mask, num_bins):
 
 
 def aece_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], num_bins: int):
-  """Per-group correct counts and confidence sums of the AECE's equal-mass groups."""
+  """Per-group correct counts and confidence sums of the AECE's equal-mass groups (sizes:
+  `aece_group_sizes`)."""
   key = _sorting.monotone_key(conf)
   bit = correct
   if mask is not None:
@@ -164,11 +197,19 @@ def aece_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], nu
   return _ranking.adaptive_groups(key, bit, num_bins)
 
 
-@functools.partial(jax.jit, static_argnames="num_bins")
-def _aece(probs, labels, mask, num_bins):
+def aece_group_sizes(num_samples: jax.Array, num_bins: int) -> jax.Array:
+  """int32 `[B]` sizes of the AECE's groups of `num_samples` items (`np.array_split` sizes)."""
+  return jnp.diff(_ranking.group_starts(num_samples, num_bins, jnp)).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("num_bins", "norm"))
+def _aece(probs, labels, mask, num_bins, norm):
   conf, correct = confidence_and_correct(probs, labels)
   hits, conf_sum = aece_sums(conf, correct, mask, num_bins)
-  return ece_from_bins(conf_sum, hits, _valid_count(mask, labels.shape[0]))
+  n = labels.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  counts = aece_group_sizes(jnp.int32(n), num_bins)
+  return calibration_error_from_bins(counts, conf_sum, hits, _valid_count(mask, labels.shape[0]),
+                                     norm).astype(jnp.float32)
 
 
 def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
@@ -292,17 +333,23 @@ def mce(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
 
 
 def aece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
-         mask: Optional[ArrayLike] = None) -> jax.Array:
+         mask: Optional[ArrayLike] = None, *, norm: str = "l1") -> jax.Array:
   """Adaptive ECE: equal-mass bins of the sorted confidences (`np.array_split` sizes).
 
   Confidences are sorted ascending and cut into `num_bins` contiguous groups whose sizes differ
-  by at most one, larger groups first; each contributes `|B_g|/N · |acc_g − conf_g|`. Where a
-  run of exactly equal confidences is cut by a group boundary, both sides get the run's mean
-  accuracy (expectation over tie order), so ties never make the result order-dependent.
+  by at most one, larger groups first. Where a run of exactly equal confidences is cut by a
+  group boundary, both sides get the run's mean accuracy (expectation over tie order), so ties
+  never make the result order-dependent. The groups' gaps are combined in `norm`, as
+  torch-uncertainty's `AdaptiveCalibrationError(norm=...)` does
+  (`calibration_error_from_bins`, the formulas of `ece`, `rms_calibration_error` and `mce`):
+  `"l1"` (default) `Σ_g |B_g|/N · |acc_g − conf_g|`, `"l2"`
+  `sqrt(Σ_g |B_g|/N · (acc_g − conf_g)²)`, `"max"` `max_g |acc_g − conf_g|` over non-empty
+  groups (there are empty groups only when fewer samples than bins are valid).
   """
   num_bins = _checks.check_num_bins(num_bins)
+  norm = check_norm(norm)
   probs, labels, mask = _checks.flatten_probs_labels(probs, labels, mask)
-  return _aece(probs, labels, mask, num_bins)
+  return _aece(probs, labels, mask, num_bins, norm)
 
 
 def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,

@@ -136,8 +136,6 @@ def top_label_targets(logits: ArrayLike, labels: ArrayLike, mask: Optional[Array
   valid = np.asarray(weights) > 0
   conf, correct, labels = np.asarray(conf)[valid], np.asarray(correct)[valid], np.asarray(
       labels)[valid]
-  if len(labels) == 0:
-    raise ValueError(f"{method} got no valid held-out samples (the mask is all False).")
   if np.all(labels == labels[0]):
     raise ValueError(f"{method} needs held-out labels of at least two classes; every one of the "
                      f"{len(labels)} valid labels is {int(labels[0])}.")

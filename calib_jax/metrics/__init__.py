@@ -19,7 +19,6 @@ from calib_jax.metrics.calibration import average_confidence
 from calib_jax.metrics.calibration import bin_index
 from calib_jax.metrics.calibration import brier
 from calib_jax.metrics.calibration import classwise_ece
-from calib_jax.metrics.calibration import calibration_error_from_bins
 from calib_jax.metrics.calibration import classwise_ece_from_bins
 from calib_jax.metrics.calibration import confidence_and_correct
 from calib_jax.metrics.calibration import ece
@@ -58,8 +57,8 @@ from calib_jax.metrics.smooth import smooth_ece
 from calib_jax.metrics.streaming import StreamingMetrics
 
 __all__ = [
-    "accuracy", "aece", "average_confidence", "bin_index", "brier", "calibration_error_from_bins",
-    "classwise_ece", "classwise_ece_from_bins", "confidence_and_correct", "ece", "ece_from_bins",
+    "accuracy", "aece", "average_confidence", "bin_index", "brier", "classwise_ece",
+    "classwise_ece_from_bins", "confidence_and_correct", "ece", "ece_from_bins",
     "mce", "mce_from_bins", "nll", "overconfidence", "reliability_bins",
     "reliability_from_bins", "ReliabilityBins", "underconfidence",
     "debiased_ece", "rms_calibration_error", "smooth_calibration_curve", "smooth_ece",

@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-from calib_jax.metrics import _predictions
 from calib_jax.posthoc import _fitting
 
 ArrayLike = jax.typing.ArrayLike
@@ -54,9 +53,15 @@ def bin_range(num_samples: int, bin_factor: float = DEFAULT_BIN_FACTOR) -> tuple
   return low, high
 
 
-def quantile_edges(scores: np.ndarray, num_bins: int) -> np.ndarray:
-  """`B + 1` non-decreasing edges: the `k/B` quantiles of `scores`, the outer ones 0 and 1."""
-  edges = np.quantile(np.asarray(scores, np.float64), np.linspace(0.0, 1.0, num_bins + 1))
+def quantile_edges(sorted_scores: np.ndarray, num_bins: int) -> np.ndarray:
+  """`B + 1` non-decreasing edges: the `k/B` quantiles of ascending `sorted_scores` (linear
+  interpolation, `np.quantile`'s default rule, O(B)), the outer ones 0 and 1."""
+  sorted_scores = np.asarray(sorted_scores, np.float64)
+  position = (len(sorted_scores) - 1) * np.linspace(0.0, 1.0, num_bins + 1)
+  below = np.floor(position).astype(np.int64)
+  above = np.minimum(below + 1, len(sorted_scores) - 1)
+  low, high = sorted_scores[below], sorted_scores[above]
+  edges = low + (high - low) * (position - below)
   edges[0], edges[-1] = 0.0, 1.0
   return np.maximum.accumulate(np.clip(edges, 0.0, 1.0))
 
@@ -121,31 +126,6 @@ def binning_models(scores: ArrayLike, targets: ArrayLike, *,
   return out
 
 
-@jax.jit
-def _top_label(logits, labels):
-  probs = jax.nn.softmax(logits, axis=-1)
-  return jnp.max(probs, axis=-1), _predictions.first_argmax(probs) == labels
-
-
-def top_label_targets(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike],
-                      method: str) -> tuple[np.ndarray, np.ndarray]:
-  """Host copies of the valid samples' confidences (float32, as the apply sees them) and
-  correctness; refuses a split whose labels or whose correctness hold one value (one line)."""
-  logits, labels, weights = _fitting.fit_inputs(logits, labels, mask)
-  conf, correct = _top_label(logits, labels)
-  valid = np.asarray(weights) > 0
-  conf, correct, labels = np.asarray(conf)[valid], np.asarray(correct)[valid], np.asarray(
-      labels)[valid]
-  if np.all(labels == labels[0]):
-    raise ValueError(f"{method} needs held-out labels of at least two classes; every one of the "
-                     f"{len(labels)} valid labels is {int(labels[0])}.")
-  if np.all(correct == correct[0]):
-    verdict = "correct" if correct[0] else "wrong"
-    raise ValueError(f"{method} needs both correct and wrong top-label predictions on the "
-                     f"held-out split; all {len(labels)} are {verdict}.")
-  return conf, correct
-
-
 def _check_positive(name: str, value) -> float:
   if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
       not np.isfinite(value) or value <= 0:
@@ -171,7 +151,7 @@ def fit_bbq(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = No
   """
   bin_factor = _check_positive("bin_factor", bin_factor)
   equivalent_sample_size = _check_positive("equivalent_sample_size", equivalent_sample_size)
-  conf, correct = top_label_targets(logits, labels, mask, "BBQ")
+  conf, correct = _fitting.top_label_targets(logits, labels, mask, "BBQ")
   models = binning_models(conf, correct, bin_factor=bin_factor,
                           equivalent_sample_size=equivalent_sample_size)
   keep = np.flatnonzero(models["weights"] >= MIN_MODEL_WEIGHT)

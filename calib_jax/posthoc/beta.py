@@ -26,7 +26,6 @@ import numpy as np
 from scipy import special
 
 from calib_jax.posthoc import _fitting
-from calib_jax.posthoc.bbq import top_label_targets
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -117,7 +116,7 @@ def fit_beta(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike] = N
   if isinstance(tol, bool) or not isinstance(tol, (int, float, np.number)) or \
       not np.isfinite(tol) or tol <= 0:
     raise ValueError(f"tol must be a positive finite number, got {tol!r}.")
-  conf, correct = top_label_targets(logits, labels, mask, "beta calibration")
+  conf, correct = _fitting.top_label_targets(logits, labels, mask, "beta calibration")
   _fitting.check_sample_size("beta calibration", len(conf), FREE_PARAMETERS,
                              min_samples_per_parameter,
                              "use temperature scaling or fit on more held-out samples")

@@ -9,6 +9,11 @@ test; needs scikit-learn and scipy):
   `HistogramBinning` / `IsotonicRegression` on the probabilities (netcal's multi-class mode is
   one-vs-all, normalised), and `histogram` vs netcal's binary `HistogramBinning` on the
   top-label (confidence, correct) pairs;
+* with netcal installed: `bbq` and `beta` (top-label) vs netcal 1.4's binary `BBQ()` and
+  `BetaCalibration()` (defaults) on the top-label (confidence, correct) pairs: a table of the mean
+  |calib_jax − netcal| of the calibrated test confidences and the test ECE (15 bins) after each
+  (netcal's confidences put into the probability vectors with calib_jax's top-label rule);
+  `--fixture PATH` writes a small case (N = 300, C = 5, and its netcal outputs) for the tests;
 * with torch-uncertainty installed: `vector`, `matrix` (ODIR off), `dirichlet` (ODIR 1, 1) vs
   its `VectorScaler`, `MatrixScaler`, `DirichletScaler(lambda_reg=1, mu_reg=1)` fitted on the
   same logits (its L-BFGS as shipped: lr 0.1, 200 iterations at most, float32).
@@ -17,6 +22,7 @@ Prints the largest absolute difference of the calibrated test probabilities and,
 scaling fits, of the objective.
 
   .venv/bin/python crosscheck/calibrators.py --n 5000 --classes 10
+  .venv/bin/python crosscheck/calibrators.py --fixture tests/fixtures/netcal_bbq_beta.npz
 """
 from absl import app, flags
 import jax
@@ -24,10 +30,14 @@ import numpy as np
 from scipy import optimize
 from sklearn.isotonic import IsotonicRegression
 
+from calib_jax import metrics
 from calib_jax import posthoc
+from calib_jax.posthoc import bbq, beta
 
 _N = flags.DEFINE_integer("n", 5000, "samples in the fitting set and in the test set")
 _CLASSES = flags.DEFINE_integer("classes", 10, "classes C")
+_FIXTURE = flags.DEFINE_string("fixture", None, "write the small netcal BBQ/beta case here and "
+                               "exit (the tests' fixture)")
 
 
 def _softmax(z):
@@ -94,9 +104,12 @@ def _scipy_affine(features, labels, kind, odir_lambda=1.0, odir_mu=1.0):
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if _FIXTURE.value:
+    _write_fixture(_FIXTURE.value)
+    return
   n, num_classes = _N.value, _CLASSES.value
   z, y = _data(n, num_classes, 0)
-  zq, _ = _data(n, num_classes, 1)
+  zq, yq = _data(n, num_classes, 1)
   p, pq = np.asarray(jax.nn.softmax(z)), np.asarray(jax.nn.softmax(zq))
   print(f"N = {n}, C = {num_classes}; max |calib_jax − reference| of test probabilities")
 
@@ -122,6 +135,7 @@ def main(argv: list[str]) -> None:
           f"{np.abs(cal(zq) - apply(np.asarray(features_q, np.float64))).max():.2e}, objective "
           f"{float(cal.nll):.6f} vs {objective:.6f} ({int(cal.steps)} steps)")
   _netcal(z, y, zq, p, pq, num_classes)
+  _netcal_bbq_beta(z, y, zq, yq)
   _torch_uncertainty(z, y, zq, num_classes)
 
 
@@ -149,6 +163,77 @@ def _netcal(z, y, zq, p, pq, num_classes):
   print(f"{'histogram':<13} vs netcal HistogramBinning (binary, top-label): "
         f"{np.abs(top - ref)[kept].max():.2e} on the {kept.sum()} samples whose bin value "
         f"keeps the top class on top, {np.abs(top - ref).max():.2e} on all")
+
+
+def _netcal_top_label(z, y, zq):
+  """netcal's binary BBQ() and BetaCalibration() on the top-label pairs: test confidences."""
+  from netcal import binning, scaling  # pylint: disable=import-outside-toplevel
+  p, pq = _softmax(z), _softmax(zq)
+  conf, right = p.max(1), (p.argmax(1) == y).astype(np.float64)
+  out = {}
+  for name, model in (("bbq", binning.BBQ()), ("beta", scaling.BetaCalibration())):
+    model.fit(conf, right)
+    out[name] = np.asarray(model.transform(pq.max(1)), np.float64)
+    if name == "bbq":
+      out["bbq_models_kept"] = np.asarray(len(model._binning_models))  # pylint: disable=protected-access
+    if name == "beta":
+      # netcal 1.4's `weights` property reads a missing key; the fitted values are in `_sites`.
+      out["beta_weights"] = np.asarray(model._sites["weights"]["values"], np.float64).ravel()  # pylint: disable=protected-access
+      out["beta_intercept"] = np.asarray(model._sites["bias"]["values"], np.float64).ravel()  # pylint: disable=protected-access
+  return out
+
+
+def _netcal_bbq_beta(z, y, zq, yq):
+  try:
+    import netcal  # pylint: disable=import-outside-toplevel,unused-import
+  except ImportError as e:
+    print(f"netcal unavailable for BBQ/beta: {e}")
+    return
+  import contextlib, io  # pylint: disable=import-outside-toplevel
+  with contextlib.redirect_stderr(io.StringIO()):  # netcal's tqdm bars
+    theirs = _netcal_top_label(z, y, zq)
+  pq = _softmax(zq)
+  top = pq.argmax(1)
+  ece = lambda q: float(metrics.ece(np.asarray(q, np.float32), yq))
+  print(f"\nTop-label BBQ and beta, N = {len(z)} (fit) + {len(zq)} (test), C = {z.shape[1]}; "
+        f"test ECE (15 bins) before calibration {ece(pq):.4f}")
+  print("| calibrator | netcal | mean abs diff of the calibrated confidence | max | "
+        "ECE calib_jax | ECE netcal |")
+  print("|---|---|---|---|---|---|")
+  conf_q = jax.numpy.asarray(pq.max(1), jax.numpy.float32)
+  for name, reference in (("bbq", "BBQ() (BIC, equal-width bins, elbow)"),
+                          ("beta", "BetaCalibration() (MLE)")):
+    cal = posthoc.fit_calibrator(name, z, y)
+    # The maps themselves, before the top-label rule raises a value below the runner-up's.
+    if name == "bbq":
+      mapped = bbq.bbq_confidence(conf_q, cal.edges, cal.bin_values, cal.model_weights,
+                                  cal.num_bins)
+    else:
+      mapped = beta.beta_map(conf_q, cal.a, cal.b, cal.c)
+    diff = np.abs(np.asarray(mapped, np.float64) - theirs[name])
+    print(f"| `{name}` | {reference} | {diff.mean():.2e} | {diff.max():.2e} | "
+          f"{ece(cal(zq)):.4f} | {ece(_replace_top(pq, theirs[name])):.4f} |")
+    if name == "bbq":
+      print(f"  calib_jax bbq: {int(cal.num_models)} BDeu-scored equal-frequency models, "
+            f"{len(cal.model_weights)} kept, largest weight {float(cal.model_weights.max()):.3f} "
+            f"(B = {int(cal.num_bins[int(np.argmax(cal.model_weights))])}); netcal kept "
+            f"{int(theirs['bbq_models_kept'])} BIC-scored equal-width models")
+    else:
+      print(f"  (a, b, c): calib_jax ({float(cal.a):.5f}, {float(cal.b):.5f}, {float(cal.c):.5f})"
+            f", netcal ({theirs['beta_weights'][0]:.5f}, {theirs['beta_weights'][1]:.5f}, "
+            f"{theirs['beta_intercept'][0]:.5f})")
+
+
+def _write_fixture(path):
+  """A small case for tests/test_posthoc_bbq_beta.py: logits, labels and netcal's outputs."""
+  import contextlib, io  # pylint: disable=import-outside-toplevel
+  z, y = _data(300, 5, 7)
+  zq, _ = _data(60, 5, 8)
+  with contextlib.redirect_stderr(io.StringIO()):
+    theirs = _netcal_top_label(z, y, zq)
+  np.savez_compressed(path, logits=z, labels=y.astype(np.int32), test_logits=zq,
+                      **{f"netcal_{k}": v for k, v in theirs.items()})
+  print(f"wrote {path}")
 
 
 def _nll(q, y):

@@ -1,4 +1,5 @@
-"""Cross-check of ECE and AECE against torchmetrics and torch-uncertainty (the `bench` extra).
+"""Cross-check of ECE and AECE (norms l1, l2, max) against torchmetrics and torch-uncertainty (the
+`bench` extra).
 
     .venv/bin/python crosscheck/torch_metrics.py      # or: make crosscheck
 
@@ -37,16 +38,18 @@ def main(argv: list[str]) -> int:
       torch.from_numpy(probs), torch.from_numpy(labels), num_classes=10, n_bins=15, norm="l1"))
 
   probs, labels = random_predictions(seed=1)
-  aece = tu.AdaptiveCalibrationError(task="multiclass", num_classes=10, num_bins=15)
-  aece.update(torch.from_numpy(probs), torch.from_numpy(labels))
-  ours_aece, theirs_aece = float(metrics.aece(probs, labels)), float(aece.compute())
+  rows = [("ECE", ours_ece, theirs_ece, "torchmetrics")]
+  for norm in ("l1", "l2", "max"):
+    aece = tu.AdaptiveCalibrationError(task="multiclass", num_classes=10, num_bins=15, norm=norm)
+    aece.update(torch.from_numpy(probs), torch.from_numpy(labels))
+    rows.append((f"AECE {norm}", float(metrics.aece(probs, labels, norm=norm)),
+                 float(aece.compute()), "torch-uncertainty"))
 
   ok = True
-  for name, ours, theirs, lib in (("ECE", ours_ece, theirs_ece, "torchmetrics"),
-                                  ("AECE", ours_aece, theirs_aece, "torch-uncertainty")):
+  for name, ours, theirs, lib in rows:
     agree = abs(ours - theirs) <= TOLERANCE
     ok &= agree
-    print(f"{name:<5} calib_jax {ours:.7f}  {lib} {theirs:.7f}  {'agree' if agree else 'DIFFER'}")
+    print(f"{name:<8} calib_jax {ours:.7f}  {lib} {theirs:.7f}  {'agree' if agree else 'DIFFER'}")
   return 0 if ok else 1
 
 

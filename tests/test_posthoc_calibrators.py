@@ -251,7 +251,7 @@ def test_every_calibrator_gives_probabilities_under_jit_and_any_leading_shape(fi
   zq, _ = _queries(rng)
   assert posthoc.calibrator_names() == ["temperature", "vector", "matrix", "dirichlet",
                                         "isotonic", "isotonic_ovr", "histogram",
-                                        "histogram_ovr"]
+                                        "histogram_ovr", "bbq", "beta"]
   for name, cal in calibrators.items():
     assert repr(cal).startswith(f"Calibrator({name!r}") and "\n" not in repr(cal)
     q = cal(zq)

@@ -87,7 +87,7 @@ def tie_errors(key: jax.Array, bit: jax.Array):
 
 
 # ------------------------------------------------------------------ adaptive (AECE) groups
-def _group_starts(n, num_bins: int, xp):
+def group_starts(n, num_bins: int, xp):
   """Starts of `num_bins` contiguous groups of n items, sizes differing by ≤ 1, larger first."""
   q, r = n // num_bins, n % num_bins
   g = xp.arange(num_bins + 1)
@@ -98,7 +98,7 @@ def _numpy_adaptive_groups(key: np.ndarray, bit: np.ndarray, num_bins: int):
   keys, bits = _sorting.numpy_sort_with_bit(key, bit)
   total = keys.shape[0]
   offset = int(np.searchsorted(keys, 1))                # masked entries (key 0) come first
-  split = offset + _group_starts(total - offset, num_bins, np)
+  split = offset + group_starts(total - offset, num_bins, np)
   cum = np.concatenate([[0], np.cumsum(bits, dtype=np.int64)])
   # A run of equal confidences cut by a split point gives each side its mean accuracy.
   inner = np.clip(split, 1, total - 1)
@@ -118,7 +118,7 @@ def _lax_adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
   total = key.shape[0]
   n = total - jnp.searchsorted(t.keys, jnp.uint32(1)).astype(jnp.int32)
   offset = total - n
-  split = offset + _group_starts(n, num_bins, jnp).astype(jnp.int32)
+  split = offset + group_starts(n, num_bins, jnp).astype(jnp.int32)
   cum = jnp.concatenate([jnp.zeros(1, jnp.int32), t.cum])
   inner = jnp.clip(split, 1, total - 1)
   cut = (split > offset) & (split < total) & (t.keys[inner - 1] == t.keys[inner])

@@ -8,41 +8,41 @@ Conventions: confidence `c = max_k p_k`, prediction `argmax p` (first index on t
 bins with `b = clip(ceil(c·B) − 1, 0, B − 1)` computed in float32 (bins are `(lo, hi]`, `c = 0`
 falls in bin 0).
 
-The `*_from_bins` functions are the one formula of each binned metric: the one-shot metrics
-apply them to their bin sums on device (float32), the streaming accumulators to their
-accumulated sums on the host (numpy, float64), and the per-class reliability maps of eval.py to
-theirs.
+The `*_from_bins` functions (`metrics.binned`) are the one formula of each binned metric: the
+one-shot metrics here apply them to their bin sums on device (float32).
 
 Shape errors are raised eagerly. Out-of-range labels and an all-false mask raise when the values
 are concrete; inside a user's `jax.jit` they cannot be checked: out-of-range labels then count as
 wrong predictions, and an all-false mask gives 0.0.
 """
 import functools
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from calib_jax.metrics import _arrays
 from calib_jax import arrays
+from calib_jax.metrics import _arrays
 from calib_jax.metrics import _ranking
 from calib_jax.metrics import _segments
 from calib_jax.metrics import _sorting
+# The binned formulas, also reached as `calibration.<name>` by the accumulators.
+from calib_jax.metrics.binned import NORMS  # noqa: F401
+from calib_jax.metrics.binned import ReliabilityBins
+from calib_jax.metrics.binned import calibration_error_from_bins
+from calib_jax.metrics.binned import check_norm
+from calib_jax.metrics.binned import classwise_ece_from_bins
+from calib_jax.metrics.binned import ece_from_bins
+from calib_jax.metrics.binned import mce_from_bins
+from calib_jax.metrics.binned import reliability_from_bins
+from calib_jax.metrics.binned import rms_from_bins  # noqa: F401
 
 ArrayLike = jax.typing.ArrayLike
 
 # Above this many classes per bin, classwise ECE scatters only each row's top-B probabilities
 # (every probability above 1/B is among them) instead of all C of them.
 _TOP_K_CLASS_FACTOR = 4
-
-
-class ReliabilityBins(NamedTuple):
-  """Per-bin statistics of a reliability diagram; empty bins have confidence = accuracy = 0."""
-  counts: jax.Array       # int32 [B], number of (valid) samples per bin
-  confidence: jax.Array   # float32 [B], mean confidence per bin
-  accuracy: jax.Array     # float32 [B], fraction correct per bin
 
 
 def bin_index(confidence: jax.Array, num_bins: int) -> jax.Array:
@@ -89,51 +89,6 @@ def bin_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], num
   return counts, conf_sum, hits
 
 
-def ece_from_bins(confidence_sum, hits, num_samples, axis: Optional[int] = -1):
-  """ECE from bin sums: `Σ_b |hits_b − Σ_{i∈b} c_i| / N`, the sum over `axis` (the bins).
-
-  This is `Σ_b |B_b|/N · |acc_b − conf_b|` written with the sums, so empty bins need no care.
-  With classwise sums `[C, B]` (bins of `p_k`, hits = label k, see `classwise_bin_sums`) it
-  gives the per-class ECEs `[C]`. jax inputs give float32, numpy inputs float64; 0 where
-  `num_samples` is 0.
-
-  Args:
-    confidence_sum: `[..., B]` sums of the binned confidences (or of `p_k`).
-    hits: `[..., B]` number of correct predictions (or of label k) in each bin.
-    num_samples: N, the number of samples binned (broadcast against the result).
-    axis: the bin axis; None sums over every axis.
-  """
-  if _arrays.on_host(confidence_sum, hits):
-    confidence_sum = np.asarray(confidence_sum, np.float64)
-    return _safe_div(np.sum(np.abs(np.asarray(hits, np.float64) - confidence_sum), axis=axis),
-                     num_samples)
-  return _safe_div(jnp.sum(jnp.abs(hits - confidence_sum), axis=axis), num_samples)
-
-
-def classwise_ece_from_bins(confidence_sum, hits, num_samples):
-  """Classwise ECE from classwise bin sums `[C, B]` of N samples: `mean_k ECE_k`.
-
-  `ECE_k = ece_from_bins(confidence_sum[k], hits[k], N)`; their mean over the C classes is
-  computed as `ece_from_bins` over all `C·B` bins with `N·C` samples (one rounding).
-  """
-  num_classes = confidence_sum.shape[0]
-  return ece_from_bins(confidence_sum, hits, num_samples * num_classes, axis=None)
-
-
-def mce_from_bins(counts, confidence_sum, hits):
-  """MCE from bin sums: `max_b |hits_b − Σ_{i∈b} c_i| / |B_b|` over non-empty bins (0 if none)."""
-  if _arrays.on_host(counts, confidence_sum, hits):
-    gaps = np.abs(np.asarray(hits, np.float64) - np.asarray(confidence_sum, np.float64))
-    return np.max(np.where(counts > 0, gaps / np.maximum(counts, 1), 0.0))
-  gaps = jnp.abs(hits - confidence_sum) / jnp.maximum(counts, 1)
-  return jnp.max(jnp.where(counts > 0, gaps, 0.0)).astype(jnp.float32)
-
-
-def reliability_from_bins(counts, confidence_sum, hits) -> "ReliabilityBins":
-  """Mean confidence and accuracy per bin from the bin sums (0 for empty bins)."""
-  return ReliabilityBins(counts, _safe_div(confidence_sum, counts), _safe_div(hits, counts))
-
-
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _ece(probs, labels, mask, num_bins):
   conf, correct = confidence_and_correct(probs, labels)
@@ -154,7 +109,8 @@ def _reliability_bins(probs, labels, mask, num_bins):
 
 
 def aece_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], num_bins: int):
-  """Per-group correct counts and confidence sums of the AECE's equal-mass groups."""
+  """Per-group correct counts and confidence sums of the AECE's equal-mass groups (sizes:
+  `aece_group_sizes`)."""
   key = _sorting.monotone_key(conf)
   bit = correct
   if mask is not None:
@@ -163,11 +119,19 @@ def aece_sums(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array], nu
   return _ranking.adaptive_groups(key, bit, num_bins)
 
 
-@functools.partial(jax.jit, static_argnames="num_bins")
-def _aece(probs, labels, mask, num_bins):
+def aece_group_sizes(num_samples: jax.Array, num_bins: int) -> jax.Array:
+  """int32 `[B]` sizes of the AECE's groups of `num_samples` items (`np.array_split` sizes)."""
+  return jnp.diff(_ranking.group_starts(num_samples, num_bins, jnp)).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("num_bins", "norm"))
+def _aece(probs, labels, mask, num_bins, norm):
   conf, correct = confidence_and_correct(probs, labels)
   hits, conf_sum = aece_sums(conf, correct, mask, num_bins)
-  return ece_from_bins(conf_sum, hits, _valid_count(mask, labels.shape[0]))
+  n = labels.shape[0] if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  counts = aece_group_sizes(jnp.int32(n), num_bins)
+  return calibration_error_from_bins(counts, conf_sum, hits, _valid_count(mask, labels.shape[0]),
+                                     norm).astype(jnp.float32)
 
 
 def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.Array],
@@ -291,17 +255,23 @@ def mce(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
 
 
 def aece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
-         mask: Optional[ArrayLike] = None) -> jax.Array:
+         mask: Optional[ArrayLike] = None, *, norm: str = "l1") -> jax.Array:
   """Adaptive ECE: equal-mass bins of the sorted confidences (`np.array_split` sizes).
 
   Confidences are sorted ascending and cut into `num_bins` contiguous groups whose sizes differ
-  by at most one, larger groups first; each contributes `|B_g|/N · |acc_g − conf_g|`. Where a
-  run of exactly equal confidences is cut by a group boundary, both sides get the run's mean
-  accuracy (expectation over tie order), so ties never make the result order-dependent.
+  by at most one, larger groups first. Where a run of exactly equal confidences is cut by a
+  group boundary, both sides get the run's mean accuracy (expectation over tie order), so ties
+  never make the result order-dependent. The groups' gaps are combined in `norm`, as
+  torch-uncertainty's `AdaptiveCalibrationError(norm=...)` does
+  (`calibration_error_from_bins`, the formulas of `ece`, `rms_calibration_error` and `mce`):
+  `"l1"` (default) `Σ_g |B_g|/N · |acc_g − conf_g|`, `"l2"`
+  `sqrt(Σ_g |B_g|/N · (acc_g − conf_g)²)`, `"max"` `max_g |acc_g − conf_g|` over non-empty
+  groups (there are empty groups only when fewer samples than bins are valid).
   """
   num_bins = arrays.check_num_bins(num_bins)
+  norm = check_norm(norm)
   probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)
-  return _aece(probs, labels, mask, num_bins)
+  return _aece(probs, labels, mask, num_bins, norm)
 
 
 def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,

@@ -34,18 +34,14 @@ from calib_jax.metrics import calibration
 ArrayLike = jax.typing.ArrayLike
 
 
-def rms_from_bins(counts, confidence_sum, hits, num_samples) -> jax.Array:
-  """`sqrt(Σ_b (hits_b − Σ_{i∈b} c_i)² / |B_b| / N)`: the RMS calibration error of bin sums."""
-  gaps = jnp.square(hits - confidence_sum)
-  per_bin = _arrays.safe_div(gaps, counts)
-  return jnp.sqrt(_arrays.safe_div(jnp.sum(per_bin), num_samples))
+rms_from_bins = calibration.rms_from_bins  # the one formula, shared with `aece(norm="l2")`
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
 def _rms(probs, labels, mask, num_bins):
   conf, correct = calibration.confidence_and_correct(probs, labels)
   counts, conf_sum, hits = calibration.bin_sums(conf, correct, mask, num_bins)
-  return rms_from_bins(counts, conf_sum, hits, jnp.sum(counts).astype(jnp.float32))
+  return calibration.rms_from_bins(counts, conf_sum, hits, jnp.sum(counts).astype(jnp.float32))
 
 
 def equal_mass_bin_index(conf: jax.Array, mask: Optional[jax.Array], num_bins: int):

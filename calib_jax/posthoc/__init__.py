@@ -7,9 +7,10 @@ held-out NLL; `select_temperature_from_grid` picks the grid value with the lowes
 (the label relaxation paper's protocol); `select_pnorm` picks the p-norm with the lowest
 held-out AURC, or falls back to MSP. `fit_calibrator(name, val_logits, val_labels)` fits any of
 `calibrator_names()` (temperature, vector, matrix and Dirichlet scaling, isotonic regression,
-histogram binning) and returns a `Calibrator` mapping logits to probabilities.
+histogram binning, BBQ, beta calibration) and returns a `Calibrator` mapping logits to probabilities.
 
-Modules: `scores`, `pnorm`, `temperature`, `scaling`, `isotonic`, `binning`, `registry`.
+Modules: `scores`, `pnorm`, `temperature`, `scaling`, `isotonic`, `binning`, `bbq`, `beta`,
+`registry`.
 """
 from calib_jax.posthoc._fitting import TooFewSamplesError
 from calib_jax.posthoc.pnorm import max_logit_pnorm

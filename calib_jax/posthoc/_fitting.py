@@ -1,5 +1,6 @@
 """Shared pieces of the post-hoc calibrators: input checks, the weighted NLL, an L-BFGS loop
-that runs under `jit`, the sample-size rule, and the top-label renormalisation."""
+that runs under `jit`, the sample-size rule, the top-label targets of the host fits, and the
+top-label renormalisation."""
 from typing import Callable, Optional
 
 import jax
@@ -104,3 +105,28 @@ def replace_top_label(probs: jax.Array, new_top: jax.Array) -> jax.Array:
   runner_up = jnp.max(jnp.where(is_top, 0.0, share), axis=-1)
   t = jnp.clip(jnp.maximum(new_top, runner_up / (1.0 + runner_up) + TOP_MARGIN), 0.0, 1.0)
   return jnp.where(is_top, t[:, None], (1.0 - t)[:, None] * share)
+
+
+@jax.jit
+def _top_label(logits, labels):
+  probs = jax.nn.softmax(logits, axis=-1)
+  return jnp.max(probs, axis=-1), arrays.first_argmax(probs) == labels
+
+
+def top_label_targets(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike],
+                      method: str) -> tuple[np.ndarray, np.ndarray]:
+  """Host copies of the valid samples' confidences (float32, as the apply sees them) and
+  correctness; refuses a split whose labels or whose correctness hold one value (one line)."""
+  logits, labels, weights = fit_inputs(logits, labels, mask)
+  conf, correct = _top_label(logits, labels)
+  valid = np.asarray(weights) > 0
+  conf, correct, labels = np.asarray(conf)[valid], np.asarray(correct)[valid], np.asarray(
+      labels)[valid]
+  if np.all(labels == labels[0]):
+    raise ValueError(f"{method} needs held-out labels of at least two classes; every one of the "
+                     f"{len(labels)} valid labels is {int(labels[0])}.")
+  if np.all(correct == correct[0]):
+    verdict = "correct" if correct[0] else "wrong"
+    raise ValueError(f"{method} needs both correct and wrong top-label predictions on the "
+                     f"held-out split; all {len(labels)} are {verdict}.")
+  return conf, correct

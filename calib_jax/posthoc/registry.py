@@ -3,7 +3,7 @@ returns a `Calibrator`, a callable mapping logits `[..., C]` to probabilities `[
 
 Names (`calibrator_names()`): `temperature`, `vector`, `matrix`, `dirichlet` (affine maps of
 the logits, `calib_jax.posthoc.temperature` and `.scaling`), `isotonic`, `isotonic_ovr`
-(`.isotonic`), `histogram`, `histogram_ovr` (`.binning`).
+(`.isotonic`), `histogram`, `histogram_ovr` (`.binning`), `bbq` (`.bbq`) and `beta` (`.beta`).
 """
 import dataclasses
 from typing import Callable, Optional
@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax.posthoc import binning, isotonic, scaling, scores, temperature
+from calib_jax.posthoc import bbq, beta, binning, isotonic, scaling, scores, temperature
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -79,6 +79,14 @@ _CALIBRATORS = {
     "histogram_ovr": _Entry(_binning("ovr"),
                            lambda z, p: binning.apply_histogram_binning(z, p["bin_values"]),
                            ("num_bins",), "one-vs-rest histogram binning"),
+    "bbq": _Entry(bbq.fit_bbq,
+                  lambda z, p: bbq.apply_bbq(z, p["edges"], p["bin_values"], p["model_weights"],
+                                             p["num_bins"]),
+                  ("bin_factor", "equivalent_sample_size"),
+                  "top-label Bayesian binning into quantiles"),
+    "beta": _Entry(beta.fit_beta, lambda z, p: beta.apply_beta(z, p["a"], p["b"], p["c"]),
+                   ("max_iter", "tol", "min_samples_per_parameter"),
+                   "top-label beta calibration, sigmoid(a ln s - b ln(1 - s) + c) of s = max p"),
 }
 
 

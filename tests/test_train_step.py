@@ -163,3 +163,18 @@ def test_non_finite_loss_is_flagged():
   batch["image"][0, 0] = np.nan
   _, metrics = _train(Linear(), parallel.make_mesh(jax.devices()[:1]), [batch])
   assert metrics[0]["finite"] == 0.0
+
+
+def test_ensemble_predict_is_the_members_predicts_in_one_program():
+  mesh = parallel.make_mesh(jax.devices()[:2])
+  model, batch = TinyNet(), _batch(3, n=8)
+  members = [model.init({"params": jax.random.key(seed)}, batch["image"][:1])
+             for seed in (4, 5, 6)]
+  stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *members)
+  global_batch = parallel.to_global(batch, mesh)
+  logits = step_lib.make_ensemble_predict_fn(model, mesh)(stacked, global_batch)
+  predict = step_lib.make_predict_fn(model, mesh)
+  expected = np.stack([predict(variables, global_batch) for variables in members])
+  assert logits.shape == (3, 8, 3) and logits.dtype == jnp.float32
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
+  assert np.abs(expected[0] - expected[1]).max() > 1e-3  # distinct members, not one repeated

@@ -137,3 +137,23 @@ def make_predict_fn(model: nn.Module, mesh: jax.sharding.Mesh) -> Callable[[Any,
   return jax.jit(predict,
                  in_shardings=(parallel.replicated(mesh), parallel.batch_sharded(mesh)),
                  out_shardings=parallel.batch_sharded(mesh))
+
+
+def make_ensemble_predict_fn(model: nn.Module, mesh: jax.sharding.Mesh
+                             ) -> Callable[[Any, Batch], jax.Array]:
+  """Returns jitted `predict(stacked_variables, batch) -> float32 logits [M, B, ...]`.
+
+  `stacked_variables` are M members' variables stacked on a leading axis (a sweep's state,
+  `state.variables()`); the members' forward passes are ONE program, `jax.vmap` over the
+  member axis of the variables with the batch shared, as a sweep's train step is. The
+  variables are replicated, the logits' batch axis (axis 1) sharded like the batch.
+  """
+
+  def predict(stacked_variables, batch):
+    x = model_input(batch)
+    member = lambda variables: model.apply(variables, x, train=False).astype(jnp.float32)
+    return jax.vmap(member)(stacked_variables)
+
+  return jax.jit(predict,
+                 in_shardings=(parallel.replicated(mesh), parallel.batch_sharded(mesh)),
+                 out_shardings=parallel.stacked_batch_sharded(mesh))

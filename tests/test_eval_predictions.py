@@ -142,3 +142,76 @@ def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):
   assert "need >= 19" in results["skipped"]["conformal@0.05"]
   with pytest.raises(posthoc.TooFewSamplesError, match="would overfit"):
     posthoc.fit_calibrator("vector", small["val_logits"], small["val_labels"])
+
+
+# Member-stacked logits [M, N, C]: an ensemble.
+
+
+@pytest.fixture(scope="module")
+def stacked(arrays):
+  """Three members: the fixture's logits with member noise (300 val, 300 test, 100 OOD)."""
+  rng = np.random.default_rng(1)
+  out = {k: v[:300] if k.endswith("labels") else
+         np.stack([v[:300 if k != "ood_logits" else 100]
+                   + 1.5 * rng.normal(size=v[:300 if k != "ood_logits" else 100].shape)
+                   for _ in range(3)]).astype(np.float32)
+         for k, v in arrays.items()}
+  return out
+
+
+def test_member_stacked_logits_are_reported_as_their_ensemble(stacked):
+  results = predictions.evaluate_predictions(**stacked, calibrators=("temperature",),
+                                             bootstrap_samples=0)
+  test_x, test_y = stacked["test_logits"], stacked["test_labels"]
+  p_bar = np.mean(jax.nn.softmax(test_x, -1), 0)
+  raw = results["calibrators"]["raw"]["test"]
+  assert raw["ece"] == pytest.approx(float(metrics.ece(p_bar, test_y)), abs=1e-6)
+  assert raw["nll"] == pytest.approx(-np.mean(np.log(p_bar[np.arange(300), test_y])), abs=1e-5)
+  # The temperature is fitted on log p̄ of the validation members.
+  log_p_val = np.log(np.mean(jax.nn.softmax(stacked["val_logits"], -1), 0))
+  scaled = posthoc.fit_calibrator("temperature", log_p_val, stacked["val_labels"])
+  assert results["calibrators"]["temperature"]["test"]["nll"] == pytest.approx(
+      float(metrics.nll(scaled(np.log(p_bar)), test_y)), abs=1e-4)
+  part = results["ensemble"]
+  assert part["num_members"] == 3 and len(part["members"]) == 3
+  eces = [float(metrics.ece(jax.nn.softmax(z, -1), test_y)) for z in test_x]
+  assert [m["ece"] for m in part["members"]] == pytest.approx(eces, abs=1e-6)
+  assert part["mean_member"]["ece"] == pytest.approx(np.mean(eces), abs=1e-6)
+  assert part["ensemble"]["nll"] == raw["nll"] < part["mean_member"]["nll"]  # Jensen
+  # The ensemble's scores detect its wrong predictions and the OOD set.
+  wrong = p_bar.argmax(-1) != test_y
+  mi = results["failure"]["mutual_information"]
+  assert mi["auroc"] == pytest.approx(float(metrics.auroc(
+      -np.asarray(calib_jax.ensemble.mutual_information(test_x)), wrong)), abs=1e-6)
+  assert {"predictive_entropy", "expected_entropy", "disagreement", "msp"} <= set(
+      results["failure"])
+  assert results["ood"]["predictive_entropy"]["auroc"] > 0.9
+  table = predictions.format_table(results)
+  assert "mean member" in table and "member 2" in table
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: {**a, "test_logits": a["test_logits"][:2]},
+     r"^predictions: the members disagree in shape: val_logits 3, test_logits 2, ood_logits 3 "
+     r"members"),
+    (lambda a: {**a, "test_logits": a["test_logits"][0]},
+     r"^predictions: val_logits is member-stacked \[M, N, C\] but test_logits is not"),
+    (lambda a: {**a, "val_logits": [a["val_logits"][0], a["val_logits"][1][:, :3]]},
+     r"^predictions: val_logits: ensemble members disagree in shape: member 1 has logits "
+     r"\(300, 3\) but member 0 has \(300, 5\)"),
+])
+def test_bad_member_stacked_predictions_are_one_line_each(stacked, change, message):
+  with pytest.raises(predictions.PredictionsError, match=message) as info:
+    predictions.evaluate_predictions(**change(stacked))
+  assert "\n" not in str(info.value)
+
+
+def test_eval_command_reports_a_file_of_member_stacked_predictions(stacked, tmp_path):
+  np.savez(tmp_path / "members.npz", **stacked)
+  done = _eval(f"--predictions={tmp_path / 'members.npz'}", f"--workdir={tmp_path / 'out'}",
+               "--bootstrap_samples=0")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "mean member" in done.stdout and "mutual_information" in done.stdout
+  written = json.loads((tmp_path / "out" / predictions.PREDICTIONS_DIR / "metrics.json")
+                       .read_text())
+  assert written["ensemble"]["num_members"] == 3

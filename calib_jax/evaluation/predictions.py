@@ -25,7 +25,14 @@ The validation split fits; the test split is reported:
   the MSP where no p beats it: `pnorm_p` says which);
 * `ood` (with `ood_logits`): detecting the OOD samples (positives) among the test split and the
   OOD set by the same scores: `auroc`, `aupr` (AUPR-Out) and `fpr_at_95_tpr` (the share of test
-  samples flagged when 95 % of the OOD set is).
+  samples flagged when 95 % of the OOD set is);
+* `ensemble` (with member-stacked logits `[M, N, C]` in every logits array, or lists of M
+  per-member arrays): the report above is the ensemble's, on `log p̄` (the members' averaged
+  softmax probabilities, `calib_jax.ensemble`) as its logits, calibrators fitted on it; here
+  each member's and the mean member's test `accuracy`, `ece`, `nll`, `brier`, `aurc` beside
+  the ensemble's; `failure` (and `ood`) add the ensemble's uncertainty scores
+  `predictive_entropy`, `expected_entropy`, `mutual_information` and `disagreement` (negated:
+  a high uncertainty flags a wrong prediction).
 
 Bad inputs raise `PredictionsError` (a `ValueError`), one line naming the array and the problem.
 """
@@ -39,7 +46,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax import conformal, metrics, posthoc
+from calib_jax import conformal, ensemble, metrics, posthoc
+from calib_jax.evaluation import ensembles
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
 CONFORMAL_SETS = ("thr", "aps")
@@ -59,21 +67,23 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
   if missing:
     raise PredictionsError(f"predictions: missing array {missing[0]!r} (needed: "
                            f"{', '.join(REQUIRED)}; optional: {', '.join(OPTIONAL)})")
-  out = {k: np.asarray(arrays[k]) for k in REQUIRED + OPTIONAL if arrays.get(k) is not None}
+  out = {k: _as_array(k, arrays[k]) for k in REQUIRED + OPTIONAL if arrays.get(k) is not None}
   num_classes = None
+  _check_members(out)
   for name in ("val_logits", "test_logits", "ood_logits"):
     if name not in out:
       continue
     logits = out[name]
-    if logits.ndim != 2 or not np.issubdtype(logits.dtype, np.floating):
-      raise PredictionsError(f"predictions: {name} must be a float array [N, C], got "
-                             f"{logits.dtype} {list(logits.shape)}")
+    if logits.ndim not in (2, 3) or not np.issubdtype(logits.dtype, np.floating):
+      raise PredictionsError(f"predictions: {name} must be a float array [N, C] (or "
+                             f"member-stacked [M, N, C]), got {logits.dtype} "
+                             f"{list(logits.shape)}")
     if num_classes is None:
-      num_classes = logits.shape[1]
-    if logits.shape[1] != num_classes or num_classes < 2:
-      raise PredictionsError(f"predictions: {name} has {logits.shape[1]} classes, val_logits "
+      num_classes = logits.shape[-1]
+    if logits.shape[-1] != num_classes or num_classes < 2:
+      raise PredictionsError(f"predictions: {name} has {logits.shape[-1]} classes, val_logits "
                              f"{num_classes} (all logits need the same C >= 2)")
-    if logits.shape[0] < 1:
+    if logits.shape[-2] < 1:
       raise PredictionsError(f"predictions: {name} has no samples")
     bad = int(np.sum(~np.isfinite(logits)))
     if bad:
@@ -83,14 +93,38 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
       raise PredictionsError(f"predictions: {split}_labels must be integers [N], got "
                              f"{labels.dtype} {list(labels.shape)}")
-    if labels.shape[0] != logits.shape[0]:
+    if labels.shape[0] != logits.shape[-2]:
       raise PredictionsError(f"predictions: {split}_labels has {labels.shape[0]} samples, "
-                             f"{split}_logits {logits.shape[0]}")
+                             f"{split}_logits {logits.shape[-2]}")
     outside = labels[(labels < 0) | (labels >= num_classes)]
     if outside.size:
       raise PredictionsError(f"predictions: {split}_labels holds {outside[0]}, outside [0, "
                              f"{num_classes}) ({outside.size} such label(s))")
   return out
+
+
+def _as_array(name: str, value: Any) -> np.ndarray:
+  """An array of the predictions; a list of per-member logits arrays is stacked `[M, N, C]`."""
+  if isinstance(value, (list, tuple)) and name.endswith("_logits"):
+    try:
+      return np.asarray(ensemble.stack_members(value))
+    except ValueError as e:
+      raise PredictionsError(f"predictions: {name}: {e}") from None
+  return np.asarray(value)
+
+
+def _check_members(out: dict[str, np.ndarray]) -> None:
+  """Member-stacked logits `[M, N, C]` in every logits array or none, with one M."""
+  logits = {k: v for k, v in out.items() if k.endswith("_logits")}
+  stacked = {k: v.shape[0] for k, v in logits.items() if v.ndim == 3}
+  if stacked and len(stacked) != len(logits):
+    flat = next(k for k in logits if k not in stacked)
+    raise PredictionsError(f"predictions: {next(iter(stacked))} is member-stacked [M, N, C] "
+                           f"but {flat} is not; stack every logits array or none")
+  if len(set(stacked.values())) > 1:
+    sizes = ", ".join(f"{k} {m}" for k, m in stacked.items())
+    raise PredictionsError(f"predictions: the members disagree in shape: {sizes} members (every "
+                           "member-stacked logits array needs the same M)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,6 +200,7 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
     val_logits, val_labels: the fit split, `[N_val, C]` and `[N_val]`.
     test_logits, test_labels: the reported split, `[N_test, C]` and `[N_test]`.
     ood_logits: optional `[N_ood, C]` logits of an out-of-distribution set.
+    (An ensemble's logits are member-stacked, `[M, N, C]`, in every logits array.)
     calibrators: names of `posthoc.calibrator_names()`, each fitted on val.
     alphas: miscoverage levels of the conformal sets (target coverage 1 − alpha).
     num_bins: bins of the binned calibration errors.
@@ -183,6 +218,9 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
   if unknown:
     raise ValueError(f"unknown calibrator {unknown[0]!r}; valid names: "
                      f"{', '.join(posthoc.calibrator_names())}")
+  members = {k: v for k, v in arrays.items() if k.endswith("_logits") and v.ndim == 3}
+  if members:  # An ensemble: reported as one model whose logits are log p̄.
+    arrays = {**arrays, **{k: ensembles.ensemble_logits(v) for k, v in members.items()}}
   val_x = jnp.asarray(arrays["val_logits"], jnp.float32)
   test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
   val_y = jnp.asarray(arrays["val_labels"], jnp.int32)
@@ -223,7 +261,23 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
     is_ood = jnp.arange(both.shape[0]) >= test_x.shape[0]
     results["num_ood"] = int(ood_x.shape[0])
     results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
+  if members:
+    _add_ensemble(results, members, test_y, wrong, num_bins)
   return results
+
+
+def _add_ensemble(results: dict[str, Any], members: dict[str, np.ndarray], test_y: jax.Array,
+                  wrong: jax.Array, num_bins: int) -> None:
+  """Each member and the mean member on the test split, beside the ensemble's row, and the
+  ensemble's uncertainty scores in `failure` (and `ood`)."""
+  raw = results["calibrators"]["raw"]["test"]
+  results["ensemble"] = {**ensembles.member_results(members["test_logits"], test_y, num_bins),
+                         "ensemble": {k: raw[k] for k in ensembles.MEMBER_KEYS}}
+  results["failure"].update(_detection(ensembles.ensemble_scores(members["test_logits"]), wrong))
+  if "ood_logits" in members:
+    both = np.concatenate([members["test_logits"], members["ood_logits"]], axis=1)
+    is_ood = jnp.arange(both.shape[1]) >= members["test_logits"].shape[1]
+    results["ood"].update(_detection(ensembles.ensemble_scores(both), is_ood))
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -248,10 +302,10 @@ def format_table(results: dict[str, Any]) -> str:
   lines.append("(coverage, mean set size)")
   for part, title in (("failure", "wrong predictions"), ("ood", "OOD vs test")):
     if part in results:
-      lines += ["", f"{title:<16}{'AUROC':>8}{'AUPR':>8}{'FPR95':>8}"]
-      lines += [f"{name:<16}{d['auroc']:>8.4f}{d['aupr']:>8.4f}{d['fpr_at_95_tpr']:>8.4f}"
+      lines += ["", f"{title:<20}{'AUROC':>8}{'AUPR':>8}{'FPR95':>8}"]
+      lines += [f"{name:<20}{d['auroc']:>8.4f}{d['aupr']:>8.4f}{d['fpr_at_95_tpr']:>8.4f}"
                 for name, d in results[part].items()]
-  return "\n".join(lines)
+  return "\n".join(lines + ensembles.format_lines(results))
 
 
 PREDICTIONS_DIR = "eval_predictions"
@@ -268,6 +322,11 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     raise PredictionsError(f"predictions: {path} is not a readable .npz file ({e})") from None
 
 
+def _one_model(logits: Any) -> np.ndarray:
+  """`[N, C]` logits as they are; member-stacked `[M, N, C]` as the ensemble's `log p̄`."""
+  return ensembles.ensemble_logits(logits) if np.ndim(logits) == 3 else np.asarray(logits)
+
+
 def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any], *,
                 reliability_file: str = "reliability.png") -> dict[str, str]:
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
@@ -276,14 +335,15 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   import os
   from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
-  test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
+  test_x = jnp.asarray(_one_model(arrays["test_logits"]), jnp.float32)
   test_y = np.asarray(arrays["test_labels"])
   raw = jax.nn.softmax(test_x, -1)
   fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
   panels = {"raw logits": (raw, test_y)}
   if fitted:
     best = min(fitted, key=lambda k: fitted[k]["test"]["ece"])
-    calibrator = posthoc.fit_calibrator(best, jnp.asarray(arrays["val_logits"], jnp.float32),
+    calibrator = posthoc.fit_calibrator(best, jnp.asarray(_one_model(arrays["val_logits"]),
+                                                          jnp.float32),
                                         jnp.asarray(arrays["val_labels"], jnp.int32))
     panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
   return {

@@ -252,6 +252,43 @@ def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
     evaluation.evaluate_run(config, workdir, split="val", member=4)
 
 
+def test_eval_reports_the_members_as_one_ensemble(trained_sweep):
+  """`evaluate_ensemble` (eval.py --ensemble): the stacked forward pass gives each member the
+  test metrics its own predict step gave `sweep.json`; the ensemble is the report of log p̄."""
+  config, _, tmp_path = trained_sweep
+  workdir = str(tmp_path / "sweep")
+  config = config.copy_and_resolve_references()
+  config.eval.calibrators, config.eval.bootstrap_samples = ("temperature",), 0
+  results = evaluation.evaluate_ensemble(config, workdir, members=[0, 2, 3])
+  written = summary.read(workdir)["members"]
+  part = results["ensemble"]
+  assert part["member_indices"] == [0, 2, 3] and results["overrides"][1] == written[2]["overrides"]
+  for index, row in zip([0, 2, 3], part["members"]):
+    for key in ("accuracy", "ece", "nll"):
+      assert row[key] == pytest.approx(written[index]["test"][key], abs=1e-5), (index, key)
+  assert part["mean_member"]["nll"] == pytest.approx(
+      np.mean([written[i]["test"]["nll"] for i in (0, 2, 3)]), abs=1e-5)
+  assert part["ensemble"]["nll"] <= part["mean_member"]["nll"]  # Jensen
+  assert {"mutual_information", "disagreement"} <= set(results["failure"])
+  assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "test"), "ensemble",
+                                     "metrics.json"))
+  assert evaluation.format_ensemble(results).startswith(
+      "ensemble of 3 sweep members [0, 2, 3] — split test")
+  # The greedy best 2 by validation NLL: its first pick is the member with the lowest val NLL.
+  greedy = evaluation.evaluate_ensemble(config, workdir, greedy=2)
+  best = min(range(4), key=lambda i: written[i]["val"]["nll"])
+  assert greedy["greedy"]["chosen"][0] == best and len(set(greedy["greedy"]["chosen"])) == 2
+  with pytest.raises(ValueError, match=r"^member 4 is out of range: the sweep has 4 members "
+                     r"\(0\.\.3\)$"):
+    evaluation.evaluate_ensemble(config, workdir, members=[1, 4])
+  with pytest.raises(ValueError, match=r"k = 5 is out of range"):
+    evaluation.evaluate_ensemble(config, workdir, greedy=5)
+  single = config.copy_and_resolve_references()
+  single.sweep = ""
+  with pytest.raises(ValueError, match=r"has no sweep \(config.sweep is empty\)$"):
+    evaluation.evaluate_ensemble(single, workdir)
+
+
 @pytest.mark.parametrize("members_as", ["map", "vmap"])
 def test_members_split_over_a_2d_mesh_train_like_the_unrolled_population(
     trained_sweep, tmp_path, members_as):

@@ -10,6 +10,9 @@ post-hoc calibrators, bootstrap intervals, conformal sets, failure and OOD detec
 (`evaluation.predictions`), written to `<workdir>/eval_predictions/`. A trained run's report
 carries the same toolkit (`config.eval.toolkit`, `config.eval.calibrators`); `--ood=SET` adds
 OOD detection against the test split.
+With `--ensemble` (a sweep's run) the sweep's members (`--members=0,2,4`, or the greedy best K
+with `--ensemble_greedy=K`) are evaluated as one ensemble, their softmax probabilities averaged
+(`evaluation.run.evaluate_ensemble`), written to `<workdir>/eval_<split>/ensemble/`.
 With `--weights=FILE` (our variables file, or a torchvision / torch-uncertainty / timm
 .pth/.pt/.bin/.ckpt/.safetensors state dict or Lightning checkpoint of the config's model)
 those weights are evaluated instead of a checkpoint: no training run is needed, the workdir
@@ -31,6 +34,17 @@ _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (de
 _MEMBER = absl_flags.DEFINE_string(
     "member", None, "For a sweep's run (config.sweep): the member to evaluate (0-based index) "
     "or 'all' (the default for a sweep); results go to <workdir>/eval_<split>/member<i>/.")
+_ENSEMBLE = absl_flags.DEFINE_boolean(
+    "ensemble", False, "For a sweep's run: evaluate its members as one ensemble (their softmax "
+    "probabilities averaged; the members' forward passes as one program): the ensemble's "
+    "report, each member and the mean member, and the ensemble's uncertainty scores; results in "
+    "<workdir>/eval_<split>/ensemble/.")
+_MEMBERS = absl_flags.DEFINE_string(
+    "members", None, "With --ensemble: the members of the ensemble, e.g. 0,2,4 (default: all).")
+_ENSEMBLE_GREEDY = absl_flags.DEFINE_integer(
+    "ensemble_greedy", None, "With --ensemble: the greedy best-K ensemble, the K distinct "
+    "members (of --members) chosen one by one by the fit split's NLL of their average "
+    "(Caruana et al. 2004).", lower_bound=1)
 _PREDICTIONS = absl_flags.DEFINE_string(
     "predictions", None, "An .npz of any model's predictions (arrays val_logits, val_labels, "
     "test_logits, test_labels; optional ood_logits) to evaluate instead of a run: no config or "
@@ -61,6 +75,12 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _WEIGHTS.value and _STEP.value is not None:
     raise app.UsageError("--step picks a checkpoint; it cannot go with --weights")
+  if not _ENSEMBLE.value and (_MEMBERS.value is not None or _ENSEMBLE_GREEDY.value is not None):
+    raise app.UsageError("--members and --ensemble_greedy choose an ensemble's members; they "
+                         "need --ensemble")
+  if _ENSEMBLE.value and (_WEIGHTS.value or _MEMBER.value is not None or _PREDICTIONS.value):
+    raise app.UsageError("--ensemble evaluates a sweep's checkpoint; it cannot go with "
+                         "--weights, --member or --predictions (pick members with --members)")
   workdir = flags.workdir()
   if _PREDICTIONS.value:
     _evaluate_predictions(_PREDICTIONS.value, workdir)
@@ -83,6 +103,9 @@ def main(argv: list[str]) -> None:
   if _BOOTSTRAP.value is not None:
     config.eval.bootstrap_samples = _BOOTSTRAP.value
   try:
+    if _ENSEMBLE.value:
+      _evaluate_ensemble(config, workdir)
+      return
     evaluated = []
     for member in _members(config):
       results = evaluation.evaluate_run(config, workdir, split=_SPLIT.value, step=_STEP.value,
@@ -95,6 +118,20 @@ def main(argv: list[str]) -> None:
           FileNotFoundError, reporting.WorkdirError, ValueError) as e:
     logging.error("%s", e)
     sys.exit(f"eval.py: {str(e).splitlines()[0] if not isinstance(e, ConfigError) else e}")
+
+
+def _evaluate_ensemble(config, workdir: str) -> None:
+  """`--ensemble [--members=...] [--ensemble_greedy=K]`: a sweep's members as one ensemble
+  (errors are `main`'s one line)."""
+  from calib_jax import sweep
+  from calib_jax.evaluation import ensembles
+  from calib_jax.evaluation import run as evaluation
+  parsed = sweep.parse(config) if config.sweep else None
+  members = None if parsed is None else ensembles.parse_members(_MEMBERS.value, parsed.size)
+  results = evaluation.evaluate_ensemble(config, workdir, split=_SPLIT.value, step=_STEP.value,
+                                         members=members, greedy=_ENSEMBLE_GREEDY.value)
+  print(evaluation.format_ensemble(results))
+  print(f"\nwritten: {', '.join(results.get('files', {}).values())}")
 
 
 def _evaluate_predictions(path: str, workdir: str) -> None:

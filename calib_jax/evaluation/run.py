@@ -16,6 +16,7 @@
 """
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -23,11 +24,15 @@ import ml_collections
 
 from calib_jax import experiment as experiment_lib
 from calib_jax import sweep as sweep_lib
-from calib_jax.evaluation import maps, report, toolkit
+from calib_jax import ensemble as ensemble_lib
+from calib_jax.evaluation import ensembles, maps, predictions, report, toolkit, validation
 from calib_jax.training import checkpoint as checkpoint_lib
+from calib_jax.training import parallel
+from calib_jax.training import step as step_lib
 from calib_jax.training import reporting
 
 RESULTS_FILE = "metrics.json"
+ENSEMBLE_DIR = "ensemble"
 
 
 def eval_dir(workdir: str, split: str, member: int | None = None) -> str:
@@ -38,9 +43,11 @@ def eval_dir(workdir: str, split: str, member: int | None = None) -> str:
 
 def restore_variables(experiment: experiment_lib.Experiment, workdir: str,
                       step: int | None = None, *, member: int | None = None,
-                      population: int = 0) -> tuple[dict[str, Any], int]:
+                      population: int = 0, members: Sequence[int] | None = None
+                      ) -> tuple[dict[str, Any], int]:
   """The model variables (params, batch_stats) of a run's checkpoint (newest unless `step`) and
-  its step; of member `member` of a sweep's checkpoint of `population` stacked members. Only
+  its step; of member `member` of a sweep's checkpoint of `population` stacked members, or the
+  members `members` of it, still stacked (leading axis `len(members)`). Only
   those arrays are read: no optimiser is built and the training set is not opened, so
   evaluation works whatever the optimiser settings are now."""
   checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
@@ -48,12 +55,14 @@ def restore_variables(experiment: experiment_lib.Experiment, workdir: str,
     raise FileNotFoundError(f"No checkpoint in {checkpointer.directory}; train first "
                             "(python train.py --config=... --workdir=...)")
   abstract = experiment.abstract_variables()
-  if member is not None:
+  if member is not None or members is not None:
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((population, *x.shape), x.dtype,
                                                            sharding=x.sharding), abstract)
   variables, meta = checkpointer.restore_variables(abstract, step)
   if member is not None:
     variables = jax.tree.map(lambda x: x[member], variables)
+  elif members is not None:
+    variables = ensembles.select_members(members, variables)
   checkpointer.close()
   if checkpointer.skipped:
     reporting.warn("; ".join(f"skipped checkpoint {s}, unreadable ({why})"
@@ -134,6 +143,86 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     with open(os.path.join(out_dir, RESULTS_FILE), "w") as f:
       json.dump(results, f, indent=2, sort_keys=True)
   return results
+
+
+def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split: str = "test",
+                      step: int | None = None, members: Sequence[int] | None = None,
+                      greedy: int | None = None,
+                      devices: list[jax.Device] | None = None) -> dict[str, Any]:
+  """Evaluates a sweep's members as one ensemble (`eval.py --ensemble`).
+
+  The members' variables are read stacked from the sweep's checkpoint and run as ONE program
+  (`step.make_ensemble_predict_fn`) over the fit split (`eval.fit_split`) and `split`; the
+  member-stacked logits `[M, N, C]` get `predictions.evaluate_predictions`' report: the
+  ensemble (its logits `log p̄`, the members' averaged probabilities) with the post-hoc
+  calibrators fitted on the fit split, each member and the mean member, and the ensemble's
+  uncertainty scores as failure-detection scores. With `greedy=K`, the K distinct members with
+  the lowest fit-split NLL of their average are chosen first (`ensemble.greedy_select`,
+  Caruana et al.'s forward selection, without replacement) among `members`. Results go to
+  `<workdir>/eval_<split>/ensemble/`.
+
+  Args:
+    members: member indices (default: all of the sweep's).
+    greedy: K of the greedy best-K ensemble (None: all of `members`).
+    (the others as `evaluate_run`'s)
+
+  Raises:
+    ValueError: the config has no sweep, a member index out of range, K out of range.
+  """
+  parsed = sweep_lib.parse(config)
+  if parsed is None:
+    raise ValueError(f"--ensemble evaluates a sweep's members together; the config of {workdir} "
+                     "has no sweep (config.sweep is empty)")
+  indices = list(range(parsed.size)) if members is None else [int(m) for m in members]
+  outside = [m for m in indices if not 0 <= m < parsed.size]
+  if outside or not indices:
+    raise ValueError(f"member {outside[0] if outside else 'list'} is out of range: the sweep has "
+                     f"{parsed.size} members (0..{parsed.size - 1})")
+  if greedy is not None:
+    ensemble_lib.selection.check_k(greedy, len(indices), with_replacement=False)
+  # The members share the model (a sweep varies seeds and loss hyper-parameters only).
+  experiment = experiment_lib.build(sweep_lib.member_config(config, parsed.members[indices[0]]),
+                                    devices=devices)
+  variables, ckpt_step = restore_variables(experiment, workdir, step, members=indices,
+                                           population=parsed.size)
+  variables = parallel.replicate(variables, experiment.mesh)
+  predict = step_lib.make_ensemble_predict_fn(experiment.model, experiment.mesh)
+  e = config.eval
+  val_x, val_y = validation.stacked_split_logits(experiment, predict, variables, e.fit_split)
+  test_x, test_y = validation.stacked_split_logits(experiment, predict, variables, split)
+  chosen = None
+  if greedy is not None:
+    positions = [int(i) for i in ensemble_lib.greedy_select(val_x, val_y, greedy,
+                                                            with_replacement=False)]
+    chosen = [indices[i] for i in positions]
+    val_x, test_x = val_x[positions], test_x[positions]
+    indices = chosen
+  results = predictions.evaluate_predictions(
+      val_x, val_y, test_x, test_y, calibrators=tuple(e.calibrators),
+      alphas=tuple(e.conformal_alphas), num_bins=e.num_bins,
+      bootstrap_samples=e.bootstrap_samples, seed=config.seed)
+  results["ensemble"]["member_indices"] = indices
+  results.update(step=ckpt_step, split=split, fit_split=e.fit_split,
+                 overrides=[parsed.members[i] for i in indices])
+  if greedy is not None:
+    results["greedy"] = {"k": greedy, "chosen": chosen, "by": f"{e.fit_split} NLL"}
+  if jax.process_index() == 0:
+    out_dir = os.path.join(eval_dir(workdir, split), ENSEMBLE_DIR)
+    arrays = {"val_logits": ensembles.ensemble_logits(val_x), "val_labels": val_y,
+              "test_logits": ensembles.ensemble_logits(test_x), "test_labels": test_y}
+    results["files"] = predictions.write_report(out_dir, arrays, results)
+  return results
+
+
+def format_ensemble(results: dict[str, Any]) -> str:
+  """The console report of `evaluate_ensemble`: which members, then the predictions table."""
+  members = results["ensemble"]["member_indices"]
+  head = (f"ensemble of {len(members)} sweep members {members} — split {results['split']}, "
+          f"step {results['step']}")
+  if "greedy" in results:
+    head += (f"; greedy best {results['greedy']['k']} by {results['greedy']['by']} "
+             f"(Caruana et al. 2004)")
+  return head + "\n" + predictions.format_table(results)
 
 
 def format_table(results: dict[str, Any]) -> str:

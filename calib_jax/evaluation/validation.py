@@ -60,6 +60,21 @@ def split_logits(experiment: Experiment, predict: Callable[[Any, Any], jax.Array
           np.concatenate(labels).reshape(-1))
 
 
+def stacked_split_logits(experiment: Any, predict: Callable[[Any, Any], jax.Array],
+                         stacked_variables: Any, role: str) -> tuple[np.ndarray, np.ndarray]:
+  """A split's member-stacked logits `[M, N, C]` and labels `[N]` on the host (padding
+  removed), from the jitted stacked `predict(stacked_variables, batch) -> [M, B, ..., C]`."""
+  logits, labels = [], []
+  for batch in experiment.data.eval_stream(role, experiment.mesh,
+                                           max_examples=experiment.config.eval.max_examples):
+    valid = np.asarray(batch["mask"]).astype(bool)
+    logits.append(to_host(predict(stacked_variables, batch))[:, valid])
+    labels.append(np.asarray(batch["label"])[valid])
+  num_classes = experiment.meta.num_classes
+  stacked = np.concatenate(logits, axis=1)
+  return stacked.reshape(stacked.shape[0], -1, num_classes), np.concatenate(labels).reshape(-1)
+
+
 class ValidationEvaluator:
   """Accuracy, NLL, ECE, AECE, Brier and AURC (and mIoU for segmentation) on one split.
 

@@ -212,3 +212,21 @@ def test_a_sweep_through_the_commands_then_eval_of_one_member_and_of_all(tmp_pat
   with pytest.raises(SystemExit, match=r"^eval.py: --member='2' is not a member: use 0..1 or "
                      r"'all'$"):
     eval_program.main(["eval.py"])
+  # --ensemble: both members as one ensemble (its report is test_sweep.py's).
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--ensemble",
+        "--split=val", "--bootstrap_samples=0")
+  eval_program.main(["eval.py"])
+  out = capsys.readouterr().out
+  assert out.startswith("ensemble of 2 sweep members [0, 1] — split val")
+  assert "mean member" in out and "mutual_information" in out
+  assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "val"), "ensemble",
+                                     "metrics.json"))
+  parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--ensemble",
+        "--members=0,2")
+  with pytest.raises(SystemExit, match=r"^eval.py: --members='0,2': member indices must be "
+                     r"comma-separated integers in 0..1 \(the sweep has 2 members\)$"):
+    eval_program.main(["eval.py"])
+  parse(*_args(workdir, "mbls"), "--ensemble")
+  with pytest.raises(SystemExit, match=r"^eval.py: --ensemble evaluates a sweep's members "
+                     r"together; the config of .* has no sweep \(config.sweep is empty\)$"):
+    eval_program.main(["eval.py"])

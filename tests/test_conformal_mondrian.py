@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from calib_jax import conformal
+from calib_jax.conformal import predictor as predictor_lib
 
 C = 4
 
@@ -40,7 +41,7 @@ CAL, TEST = slice(0, 300), slice(300, 600)
 def np_saps(probs, u=None, lam=0.2):
   """Per sample, with the classes ranked by descending p (ties: lower index first): the class at
   rank o = 1 scores u·p_max, at rank o ≥ 2 it scores p_max + (o − 2 + u)·λ; u = 1 if not given
-  (Huang et al. 2024, eq. 5)."""
+  (Huang et al. 2024)."""
   probs = np.asarray(probs, np.float64)
   out = np.zeros_like(probs)
   for i, p in enumerate(probs):
@@ -237,3 +238,20 @@ def test_bad_input_gives_one_line_errors():
   _raises(r"unknown argument\(s\) \['k_reg'\] for 'saps'; valid", fit, "saps", logits, labels,
           k_reg=2)
   assert conformal.names() == ["thr", "aps", "raps", "saps"]
+
+
+def test_scores_in_row_blocks_equal_the_formulas(monkeypatch):
+  """Large splits are scored in blocks of rows (bounded memory); with blocks of 64 rows (300
+  rows: 5 blocks, the last padded) every score, threshold and set is the formula's."""
+  monkeypatch.setattr(predictor_lib, "_BLOCK_ROWS", 64)
+  logits, labels = LOGITS[:, :3], np.minimum(LABELS, 2)  # a shape no other test compiles
+  probs, key, test_key = _np_softmax(logits), jax.random.key(5), jax.random.key(6)
+  p = conformal.fit("saps", logits[CAL], labels[CAL], 0.1, key=key, conditional="class")
+  u_cal = np.asarray(jax.random.uniform(key, (300,)))
+  cal = np_saps(probs[CAL], u_cal)[np.arange(300), labels[CAL]]
+  np.testing.assert_allclose(p.qhat, np_class_quantiles(cal, labels[CAL], 3, 0.1), atol=1e-6)
+  u_test = np.asarray(jax.random.uniform(test_key, (300,)))
+  np.testing.assert_allclose(p.scores(logits[TEST], key=test_key), np_saps(probs[TEST], u_test),
+                             atol=1e-6)
+  expected = np_saps(probs[TEST], u_test) <= np.asarray(p.qhat)[None]
+  assert (np.asarray(p(logits[TEST], key=test_key)) != expected).sum() <= 1

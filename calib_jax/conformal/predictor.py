@@ -15,6 +15,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from calib_jax.conformal import _inputs
 from calib_jax.conformal import scores as scores_lib
@@ -57,26 +58,61 @@ def _all_scores(name: str, probs: jax.Array, u: Optional[jax.Array], lam: float,
 
 _STATIC = ("name", "lam", "k_reg", "from_logits")
 
+# Rows scored at a time by the sorting scores: their temporaries (the sort's keys and
+# permutation, cumulative sums, the scatter back to class order) then take a few [block, C]
+# arrays instead of [N, C] ones, about 6 × 100 MB at N = 25,000, C = 1,000.
+_BLOCK_ROWS = 2048
+
+
+def _by_rows(fn, blocked: bool, *arrays):
+  """`fn(*arrays)` computed on blocks of `_BLOCK_ROWS` rows (arrays `[N, ...]` or None; the
+  last block zero-padded), its outputs cut back to N rows. Each row's result is the same."""
+  n = arrays[0].shape[0]
+  if not blocked or n <= _BLOCK_ROWS:
+    return fn(*arrays)
+  blocks = -(-n // _BLOCK_ROWS)
+
+  def split(a):
+    if a is None:
+      return None
+    a = jnp.pad(a, [(0, blocks * _BLOCK_ROWS - n)] + [(0, 0)] * (a.ndim - 1))
+    return a.reshape((blocks, _BLOCK_ROWS) + a.shape[1:])
+
+  out = lax.map(lambda args: fn(*args), tuple(split(a) for a in arrays))
+  return jax.tree.map(lambda o: o.reshape((blocks * _BLOCK_ROWS,) + o.shape[2:])[:n], out)
+
+
+def _block_scores(x, u, *, name, lam, k_reg, from_logits):
+  probs = jax.nn.softmax(x, axis=-1) if from_logits else x
+  return _all_scores(name, probs, u, lam, k_reg)
+
+
+def _uniforms(key, n: int):
+  return None if key is None else jax.random.uniform(key, (n,), jnp.float32)
+
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _scores(x, key, *, name, lam, k_reg, from_logits):
   """All-class scores of `x [N, C]`; `key` draws the uniforms of randomised scores (or None)."""
-  probs = jax.nn.softmax(x, axis=-1) if from_logits else x
-  u = None if key is None else jax.random.uniform(key, (x.shape[0],), jnp.float32)
-  return _all_scores(name, probs, u, lam, k_reg)
+  fn = functools.partial(_block_scores, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits)
+  return _by_rows(fn, name != "thr", x, _uniforms(key, x.shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _sets(x, key, qhat, *, name, lam, k_reg, from_logits):
-  return _scores(x, key, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits) <= qhat
+  def fn(xb, ub):
+    return _block_scores(xb, ub, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits) <= qhat
+  return _by_rows(fn, name != "thr", x, _uniforms(key, x.shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ("conditional",))
 def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, conditional):
   """`q̂` of the label scores, `[]` or `[C]` per class (one compiled program for the whole fit,
   whatever α)."""
-  all_scores = _scores(x, key, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits)
-  label_scores = scores_lib.label_scores(all_scores, labels)
+  def fn(xb, ub, yb):
+    return scores_lib.label_scores(
+        _block_scores(xb, ub, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits), yb)
+  label_scores = _by_rows(fn, name != "thr", x, _uniforms(key, x.shape[0]), labels)
   if conditional == "class":
     return scores_lib.class_quantiles_from_ranks(label_scores, labels, x.shape[-1], ranks, mask)
   return scores_lib.quantile_from_ranks(label_scores, ranks, mask)

@@ -11,7 +11,7 @@ prediction (threshold every column).
   `r(y)` the 1-based rank of `y`, `s = Σ_{j<r(y)} p_(j) + u·p_y`; randomised: `u ~ U(0, 1)`
   (one per sample), non-randomised: `u = 1` (the mass up to and including `y`).
 * RAPS (Angelopoulos, Bates, Malik & Jordan 2021): APS plus `λ·max(0, r(y) − k_reg)`.
-* SAPS (Huang, Xi, Zhang, Yuan, Wei & An 2024): `s = u·p_(1)` for the top-ranked label, and
+* SAPS (Huang, Xi, Zhang, Yao, Qiu & Wei 2024): `s = u·p_(1)` for the top-ranked label, and
   `p_(1) + (r(y) − 2 + u)·λ` for a label at rank `r(y) ≥ 2`: only the largest probability and
   the rank count, not the tail's values.
 

@@ -312,7 +312,7 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
       raise ValueError(
           f"{n} calibration samples are too few for alpha={alpha}: ⌈(n+1)(1−α)⌉ > n; need n >= "
           f"{scores_lib.min_calibration_size(alpha)}.")
-  if conditional == "class" and _checks.is_concrete(labels, mask):
+  if conditional == "class" and arrays.is_concrete(labels, mask):
     check_class_sizes(labels, num_classes, alpha, mask)
   randomized = options.get("randomized", False)
   key = _randomized_key(randomized, kw.get("key"), "fit")

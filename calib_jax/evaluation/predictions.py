@@ -11,13 +11,15 @@ The validation split fits; the test split is reported:
   `aece`, `smooth_ece`, `rms_ece`, `nll`, `brier` and `aurc` (of the calibrated maximum
   probability), and 95 % bootstrap percentile intervals of `ece`, `smooth_ece` and `aurc`
   (`metrics.bootstrap`, `bootstrap_samples` resamples; `{value, lower, upper, std}`);
-  `conformal`: split-conformal THR and APS sets (`conformal.fit` on val, APS randomised, the
-  library's default) at each `alpha`, with their test `coverage` and `mean_set_size`;
+  `conformal`: split-conformal THR, APS and SAPS sets (`conformal.fit` on val, APS and SAPS
+  randomised, the library's default), each also class-conditional (Mondrian, `<name>-class`),
+  at each `alpha` (keys `thr@0.1`, `thr-class@0.1`, ...), with their test `coverage`,
+  `mean_set_size` and `worst_class_coverage` (the lowest coverage of a class);
 * `skipped` (only when something was): a calibrator that refused to fit on this few
   validation samples (`posthoc.TooFewSamplesError`: vector, matrix and Dirichlet scaling need
   10 per free parameter), or conformal sets at an alpha that needs more of them
-  (`conformal@<alpha>`: n ≥ 1/alpha − 1), left out with the one-line reason here; the rest is
-  reported;
+  (`conformal@<alpha>`: n ≥ 1/alpha − 1; `conformal-class@<alpha>`: as many in every class),
+  left out with the one-line reason here; the rest is reported;
 * `failure`: detecting the wrong test predictions (the positives) by a low confidence score,
   `metrics.detection`'s convention: `auroc`, `aupr` and `fpr_at_95_tpr` (the share of correct
   predictions flagged when 95 % of the wrong ones are) for the scores `msp`, `max_logit`,
@@ -42,7 +44,7 @@ import numpy as np
 from calib_jax import conformal, metrics, posthoc
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
-CONFORMAL_SETS = ("thr", "aps")
+CONFORMAL_SETS = ("thr", "aps", "saps")  # each marginal and class-conditional ("-class")
 REQUIRED = ("val_logits", "val_labels", "test_logits", "test_labels")
 OPTIONAL = ("ood_logits",)
 INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
@@ -127,16 +129,44 @@ def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Ar
   return result
 
 
-def _conformal(val_probs, val_labels, test_probs, test_labels,
-               alphas: Sequence[float]) -> dict[str, dict[str, float]]:
+def _conformal_keys(alphas: tuple, class_alphas: tuple) -> list[tuple[str, str, Any, float]]:
+  """`(key, method, conditional, alpha)` of every reported set, in the report's order."""
+  return [(f"{name}{'-class' if conditional else ''}@{alpha:g}", name, conditional, alpha)
+          for name in CONFORMAL_SETS
+          for conditional, levels in ((None, alphas), ("class", class_alphas))
+          for alpha in levels]
+
+
+@functools.partial(jax.jit, static_argnames=("alphas", "class_alphas"))
+def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tuple,
+                    class_alphas: tuple) -> dict[str, jax.Array]:
+  """`[coverage, mean set size, worst class's coverage]` of every set: one compiled program per
+  report, shared by the calibrators. Each method scores each split once: the fits' identical
+  validation scoring is merged by XLA, and the test scores (the predictor call's, same key) are
+  compared with every fit's threshold."""
+  out, fits = {}, {}
+  for key, name, conditional, alpha in _conformal_keys(alphas, class_alphas):
+    fits.setdefault(name, []).append((key, conformal.fit(
+        name, val_probs, val_labels, alpha, conditional=conditional, from_logits=False)))
+  for name, predictors in fits.items():
+    test_scores = predictors[0][1].scores(test_probs)
+    for key, predictor in predictors:
+      sets = test_scores <= predictor.qhat
+      out[key] = jnp.stack([conformal.coverage(sets, test_labels), conformal.mean_set_size(sets),
+                            conformal.class_conditional_coverage(sets, test_labels).worst])
+  return out
+
+
+def _conformal(val_probs, val_labels, test_probs, test_labels, alphas: Sequence[float],
+               class_alphas: Sequence[float]) -> dict[str, dict[str, float]]:
+  alphas, class_alphas = tuple(alphas), tuple(class_alphas)
+  stats = jax.device_get(_conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas,
+                                         class_alphas))
   out = {}
-  for name in CONFORMAL_SETS:
-    for alpha in alphas:
-      predictor = conformal.fit(name, val_probs, val_labels, alpha, from_logits=False)
-      sets = predictor(test_probs)
-      out[f"{name}@{alpha:g}"] = {"alpha": float(alpha),
-                                  "coverage": float(conformal.coverage(sets, test_labels)),
-                                  "mean_set_size": float(conformal.mean_set_size(sets))}
+  for key, _, _, alpha in _conformal_keys(alphas, class_alphas):
+    coverage, size, worst = (float(v) for v in stats[key])
+    out[key] = {"alpha": float(alpha), "coverage": coverage, "mean_set_size": size,
+                "worst_class_coverage": worst}
   return out
 
 
@@ -195,6 +225,13 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
         f"{val_x.shape[0]} validation samples are too few for conformal sets at alpha={alpha:g}"
         f" (need >= {conformal.min_calibration_size(alpha)})")
   alphas = [a for a in alphas if a not in too_few]
+  class_alphas = []
+  for alpha in alphas:  # Mondrian sets need as many samples in every class.
+    try:
+      conformal.check_class_sizes(arrays["val_labels"], val_x.shape[1], alpha)
+      class_alphas.append(alpha)
+    except ValueError as e:
+      skipped[f"conformal-class@{alpha:g}"] = str(e)
   for name in calibrators:
     try:
       calibrator = posthoc.fit_calibrator(name, val_x, val_y)
@@ -206,7 +243,8 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
   report = {}
   for name, (val_p, test_p) in probabilities.items():
     report[name] = {"test": _calibration(test_p, test_y, num_bins, key, bootstrap_samples),
-                    "conformal": _conformal(val_p, val_y, test_p, test_y, alphas)}
+                    "conformal": _conformal(val_p, val_y, test_p, test_y, alphas,
+                                            class_alphas)}
   pnorm_p = posthoc.select_pnorm(val_x, val_y)
   wrong = jnp.argmax(test_x, -1) != test_y
   results = {
@@ -239,19 +277,32 @@ def format_table(results: dict[str, Any]) -> str:
     lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<22}"
                  f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
   lines += [f"{name:<14}skipped: {why}" for name, why in results.get("skipped", {}).items()]
-  lines += ["", f"{'conformal sets':<14}" + "".join(
-      f"{key:>18}" for key in next(iter(results["calibrators"].values()))["conformal"])]
-  for name, entry in results["calibrators"].items():
-    lines.append(f"{name:<14}" + "".join(
-        f"{c['coverage']:>9.3f} {c['mean_set_size']:>7.2f}" + " "
-        for c in entry["conformal"].values()))
-  lines.append("(coverage, mean set size)")
+  lines += _conformal_lines(results)
   for part, title in (("failure", "wrong predictions"), ("ood", "OOD vs test")):
     if part in results:
       lines += ["", f"{title:<16}{'AUROC':>8}{'AUPR':>8}{'FPR95':>8}"]
       lines += [f"{name:<16}{d['auroc']:>8.4f}{d['aupr']:>8.4f}{d['fpr_at_95_tpr']:>8.4f}"
                 for name, d in results[part].items()]
   return "\n".join(lines)
+
+
+def _conformal_lines(results: dict[str, Any]) -> list[str]:
+  """The conformal table: a row per calibrator and set, `coverage  size  worst class` per α."""
+  entries = {name: entry["conformal"] for name, entry in results["calibrators"].items()}
+  keys = list(next(iter(entries.values())))
+  alphas = list(dict.fromkeys(key.rsplit("@", 1)[1] for key in keys))
+  sets = list(dict.fromkeys(key.rsplit("@", 1)[0] for key in keys))
+  lines = ["", f"{'conformal sets':<25}" + "".join(f"{'alpha=' + a:>21}" for a in alphas)]
+  for name, conformal_entry in entries.items():
+    for method in sets:
+      cells = []
+      for a in alphas:
+        c = conformal_entry.get(f"{method}@{a}")
+        cells.append(f"{'-':>21}" if c is None else f"{c['coverage']:>8.3f}"
+                     f"{c['mean_set_size']:>7.2f}{c['worst_class_coverage']:>6.2f}")
+      lines.append(f"{name:<14}{method:<11}" + "".join(cells))
+  lines.append("(coverage, mean set size, worst class's coverage; -class: a threshold per class)")
+  return lines
 
 
 PREDICTIONS_DIR = "eval_predictions"

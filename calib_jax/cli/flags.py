@@ -82,6 +82,24 @@ def config() -> ml_collections.ConfigDict:
   return _config.value
 
 
+def config_given() -> bool:
+  """Whether the command line names a config file (`--config=`), after flag parsing."""
+  return bool(flags.FLAGS["config"].present)
+
+
+def config_overrides(argv: list[str]) -> dict[str, object]:
+  """The `--config.field=value` overrides of `argv` as {dotted field: value}, the values as the
+  config flag parsed them (after flag parsing)."""
+  dotted = [a[len("--config."):].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+  values = {}
+  for name in dict.fromkeys(dotted):
+    node = _config.value
+    for part in name.split("."):
+      node = node[part]
+    values[name] = node
+  return values
+
+
 def workdir() -> str:
   """The `--workdir` value; a usage error when it is missing."""
   if not _workdir.value:

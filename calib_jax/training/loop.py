@@ -126,7 +126,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   trainee = (single.SingleRun(experiment) if not config.sweep
              else sweep_lib.Population(experiment))
 
-  log_lib.save_config(config, workdir)
   checkpointer = checkpoint_lib.Checkpointer(
       workdir, save_every_steps=config.checkpoint_every_steps,
       max_to_keep=config.keep_checkpoints)
@@ -142,6 +141,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       _report_skipped(checkpointer, step)
   else:
     state = trainee.initial_state()
+  # After the restore: a config whose model does not fit the checkpoint leaves the run's own.
+  log_lib.save_config(config, workdir)
   start_step = int(np.max(jax.device_get(state.step)))  # a population's members agree
   if start_step >= total_steps:
     logging.info("Already trained for %d steps; nothing to do.", start_step)

@@ -279,7 +279,7 @@ def _files(directory):
     ({"model_kwargs.widths": (4, 16)}, r"params\.conv1\.kernel: stored \(3, 3, 4, 8\), wanted "
                                        r"\(3, 3, 4, 16\)"),
     # No momentum: SGD's trace is missing from the optimiser state's tree.
-    ({"optimizer.momentum": 0.0}, r"opt_state\.1\.trace\.[a-z0-9.]+: only in the checkpoint"),
+    ({"optimizer.momentum": 0.0}, r"opt_state\.1\.trace\.[a-z0-9_.]+: only in the checkpoint"),
 ])
 def test_a_checkpoint_of_another_config_is_a_mismatch_and_nothing_is_touched(
     two_checkpoints, tmp_path, capfd, overrides, expected):
@@ -288,12 +288,15 @@ def test_a_checkpoint_of_another_config_is_a_mismatch_and_nothing_is_touched(
   workdir = _copy(two_checkpoints, tmp_path)
   before = _files(workdir)
   capfd.readouterr()
-  with pytest.raises(checkpoint.CheckpointMismatchError, match=expected) as info:
+  with pytest.raises(checkpoint.CheckpointMismatchError,
+                     match=r"^checkpoint 16 in .* holds other arrays than") as info:
     loop.train_and_evaluate(tiny_config(**overrides), workdir)
-  assert "unreadable" not in str(info.value) and info.value.differences
+  assert "unreadable" not in str(info.value) and "\n" not in str(info.value)
+  assert any(re.fullmatch(expected, d) for d in info.value.differences), info.value.differences
   if "model_kwargs.widths" in overrides:
-    with pytest.raises(checkpoint.CheckpointMismatchError, match=expected):
+    with pytest.raises(checkpoint.CheckpointMismatchError) as info:
       _eval_restore_config(tiny_config(**overrides), workdir)
+    assert any(re.fullmatch(expected, d) for d in info.value.differences)
   assert _files(workdir) == before
   assert "Traceback" not in "".join(capfd.readouterr())
 

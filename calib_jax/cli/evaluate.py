@@ -15,6 +15,9 @@ With `--weights=FILE` (our variables file, or a torchvision / torch-uncertainty 
 those weights are evaluated instead of a checkpoint: no training run is needed, the workdir
 only receives the results.
 
+Without `--config`, the run's own `<workdir>/config.json` (saved by train.py) is used, so the
+report names the loss, model and sweep the run was trained with; a `--config` whose model does
+not fit the checkpoint is refused in one line naming the differing fields.
 The console shows the results table; library logs go to `<workdir>/log.txt` (`--verbosity=0`
 or `--alsologtostderr` shows them on stderr as well).
 """
@@ -57,6 +60,7 @@ def main(argv: list[str]) -> None:
   from calib_jax.evaluation import run as evaluation
   from calib_jax.experiment import WeightFileError
   from calib_jax.training import checkpoint, reporting
+  from calib_jax.cli import run_config
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _WEIGHTS.value and _STEP.value is not None:
@@ -77,7 +81,10 @@ def main(argv: list[str]) -> None:
     console.setup(workdir)
   except OSError as e:  # Before anything is built: the work directory cannot be written.
     sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
-  config = flags.config()
+  try:
+    config, _ = run_config.config_for(workdir)  # the run's own config.json without --config
+  except ConfigError as e:
+    sys.exit(f"eval.py: {e}")
   if _OOD.value is not None:
     config.eval.ood = _OOD.value
   if _BOOTSTRAP.value is not None:
@@ -91,6 +98,11 @@ def main(argv: list[str]) -> None:
       evaluated.append(results)
     if len(evaluated) > 1:  # a sweep's members side by side
       print(evaluation.format_members(evaluated))
+  except checkpoint.CheckpointMismatchError as e:
+    logging.error("%s", e)
+    line = run_config.mismatch_line(workdir, run_config.saved_config(workdir), config, e,
+                                    evaluating=True)
+    sys.exit(f"eval.py: {line}")
   except (ConfigError, WeightFileError, checkpoint.UnreadableCheckpointError, DataError,
           FileNotFoundError, reporting.WorkdirError, ValueError) as e:
     logging.error("%s", e)

@@ -4,7 +4,10 @@
         [--config.data.batch_size=256 ...]
 
 (`python train.py ...` in a source checkout, `python -m calib_jax.cli.train ...` anywhere.)
-Running the same command again after an interruption continues from the newest checkpoint.
+Running the same command again after an interruption continues from the newest checkpoint;
+without `--config`, a work directory's run continues with its own saved `config.json`
+(`--config.field=value` overrides apply to it), and a `--config` whose model or optimiser does not
+fit the run's checkpoint is refused in one line naming the differing fields.
 SIGTERM (a preemption notice) finishes the step in flight, saves it, prints one line and exits
 with status 75 (EX_TEMPFAIL); see `calib_jax/run/preemption.py`.
 The console shows the progress bar and the validation results; library logs go to
@@ -26,6 +29,7 @@ def main(argv: list[str]) -> None:
   from calib_jax.experiment import WeightFileError
   from calib_jax.training import checkpoint, reporting
   from calib_jax.run import loop, preemption
+  from calib_jax.cli import run_config
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   workdir = flags.workdir()
@@ -34,7 +38,12 @@ def main(argv: list[str]) -> None:
   except OSError as e:  # Before anything is built: the work directory cannot be written.
     sys.exit(f"train.py: work directory {workdir} is not writable ({e.strerror or e})")
   try:
-    loop.train_and_evaluate(flags.config(), workdir)
+    saved = run_config.saved_config(workdir)  # read before training rewrites it
+    config, _ = run_config.config_for(workdir)
+    loop.train_and_evaluate(config, workdir)
+  except checkpoint.CheckpointMismatchError as e:
+    logging.error("%s", e)
+    sys.exit(f"train.py: {run_config.mismatch_line(workdir, saved, config, e, evaluating=False)}")
   except (ConfigError, WeightFileError, loop.NonFiniteLossError,
           checkpoint.UnreadableCheckpointError, DataError, FileNotFoundError,
           reporting.WorkdirError) as e:

@@ -1,0 +1,190 @@
+"""Cross-check of calib_jax.shift's motion, geometric and weather corruptions against the reference
+`imagecorruptions` (the PyPI fork imagecorruptions-imaug 1.1.5; not a test: needs it, scikit-image,
+scipy and OpenCV in the running environment).
+
+Two comparisons, on scikit-image's photographs (astronaut, chelsea, coffee: centre-cropped square,
+resized with PIL to --size):
+
+* the corruption's deterministic part: the reference runs with a numpy seed, its random draws are
+  replayed from the same seed (an angle, a noise layer, a displacement field) and fed to the JAX
+  function's `*_at` form; both outputs go through the reference's `np.uint8(clip(.))` and the
+  mean absolute difference in grey levels is printed (goal: < 1);
+* the distribution of a random corruption: --draws draws per image from each side, the mean
+  change `mean(out - in)` and the spread `std(out - in)` of each draw, averaged; the reference's
+  standard error over draws is printed beside it.
+
+With --table=cifar10 (use --size=32) the CIFAR-10-C entries are used; the reference's functions
+for that table are Hendrycks' make_cifar_c.py, read from --cifar_source (a checkout of
+hendrycks/robustness) and executed without their ImageMagick/torchvision imports; the two that
+need ImageMagick (motion_blur, snow) are compared with imagecorruptions' own kernel instead.
+
+--fixtures=DIR writes the small npz files tests/test_shift_weather.py reads.
+
+  /work/venvs/shiftref/bin/python crosscheck/shift_weather.py --size=224 --draws=20
+"""
+import os
+
+from absl import app, flags
+import imagecorruptions
+from imagecorruptions import corruptions as ref
+import jax
+import jax.numpy as jnp
+import numpy as np
+from PIL import Image
+import skimage.data
+
+from calib_jax.shift import motion
+
+_SIZE = flags.DEFINE_integer("size", 224, "side of the square test images")
+_DRAWS = flags.DEFINE_integer("draws", 20, "random draws per image and side")
+_TABLE = flags.DEFINE_enum("table", "imagenet", ["imagenet", "cifar10", "tiny_imagenet"], "table")
+_ONLY = flags.DEFINE_list("only", [], "corruption names to check (default: all of them)")
+_FIXTURES = flags.DEFINE_string("fixtures", "", "directory to write the test fixtures into")
+
+
+def photographs(size):
+  out = []
+  for name in ("astronaut", "chelsea", "coffee"):
+    image = getattr(skimage.data, name)()
+    side = min(image.shape[:2])
+    top, left = (image.shape[0] - side) // 2, (image.shape[1] - side) // 2
+    square = Image.fromarray(image[top:top + side, left:left + side])
+    out.append(np.asarray(square.resize((size, size), Image.BILINEAR)))
+  return np.stack(out)
+
+
+def as_uint8(values):
+  return np.uint8(np.clip(np.asarray(values, np.float64), 0, 255))
+
+
+def grey_levels(ours, theirs):
+  return float(np.mean(np.abs(as_uint8(ours).astype(int) - as_uint8(theirs).astype(int))))
+
+
+def reference(name, image, severity, seed):
+  np.random.seed(seed)
+  return np.uint8(imagecorruptions.corrupt(image, severity=severity, corruption_name=name))
+
+
+# --- deterministic parts: replay the reference's draws --------------------------------------
+
+def motion_blur_exact(images, severity, table):
+  params = motion.PARAMETERS[table]["motion_blur"][severity - 1]
+  diffs = []
+  for seed, image in enumerate(images):
+    np.random.seed(seed)
+    angle = np.random.uniform(-45, 45)
+    if table == "imagenet":
+      theirs = reference("motion_blur", image, severity, seed)
+    else:  # make_cifar_c.py's ImageMagick blur, emulated by the reference package's kernel
+      theirs = ref._motion_blur(np.array(image), radius=params[0], sigma=params[1], angle=angle)
+    ours = motion.motion_blur_at(jnp.asarray(image[None], jnp.float32), params,
+                                 jnp.asarray([angle], jnp.float32))[0]
+    diffs.append((grey_levels(ours, theirs), {"angles": np.float32([angle])}, as_uint8(theirs)))
+  return diffs
+
+
+def snow_exact(images, severity, table):
+  params = motion.PARAMETERS[table]["snow"][severity - 1]
+  if table != "imagenet":
+    return None
+  diffs = []
+  for seed, image in enumerate(images):
+    height, width = image.shape[:2]
+    np.random.seed(seed)
+    noise = np.random.normal(size=(height, width), loc=params[0], scale=params[1])
+    angle = np.random.uniform(-135, -45)
+    crop_h, crop_w = motion.snow_noise_shape(height, width, params[2])
+    top, left = (height - crop_h) // 2, (width - crop_w) // 2
+    noise = noise[top:top + crop_h, left:left + crop_w]
+    theirs = reference("snow", image, severity, seed)
+    draws = {"noise": np.float32(noise[None]), "angles": np.float32([angle])}
+    ours = motion.snow_at(jnp.asarray(image[None], jnp.float32), params,
+                          *(jnp.asarray(v) for v in draws.values()))[0]
+    diffs.append((grey_levels(ours, theirs), draws, as_uint8(theirs)))
+  return diffs
+
+
+EXACT = {"motion_blur": motion_blur_exact, "snow": snow_exact}
+MODULES = {"motion_blur": motion, "snow": motion}
+
+
+# --- distributions ------------------------------------------------------------------------
+
+def change_stats(outputs, image):
+  change = as_uint8(outputs).astype(np.float64) - image.astype(np.float64)
+  axes = tuple(range(1, change.ndim))
+  return change.mean(axis=axes), change.std(axis=axes)
+
+
+def reference_draws(name, image, severity, table, draws):
+  if table == "imagenet":
+    return np.stack([reference(name, image, severity, 1000 + d) for d in range(draws)])
+  raise NotImplementedError(table)
+
+
+def distribution(name, images, severity, table, draws):
+  module = MODULES[name]
+  params = module.PARAMETERS[table][name][severity - 1]
+  fn = jax.jit(lambda x, key: module.CORRUPTIONS[name](x, params, key))
+  rows = []
+  for index, image in enumerate(images):
+    batch = jnp.asarray(np.repeat(image[None], draws, axis=0), jnp.float32)
+    ours = np.asarray(fn(batch, jax.random.key(index)))
+    theirs = reference_draws(name, image, severity, table, draws)
+    rows.append((change_stats(ours, image), change_stats(theirs, image)))
+  return rows
+
+
+FIXTURE_SIZE, FIXTURE_DRAWS, FIXTURE_SEVERITIES = 32, 24, (2, 5)
+
+
+def write_fixtures(directory, names):
+  """Per corruption, `{name}.npz`: the 32 px images, the replayed draws and the reference's
+  uint8 outputs at every severity (deterministic part), and the reference's per-draw mean
+  change and spread at severities 2 and 5 (distribution)."""
+  os.makedirs(directory, exist_ok=True)
+  images = photographs(FIXTURE_SIZE)[:1]
+  for name in names:
+    arrays = {"images": images}
+    for severity in range(1, 6):
+      exact = EXACT[name](images, severity, "imagenet") if name in EXACT else None
+      for index, (_, draws, theirs) in enumerate(exact or ()):
+        for key, value in draws.items():
+          arrays[f"s{severity}_i{index}_{key}"] = value
+        arrays[f"s{severity}_i{index}_reference"] = theirs
+    for severity in FIXTURE_SEVERITIES:
+      theirs = reference_draws(name, images[0], severity, "imagenet", FIXTURE_DRAWS)
+      mean, spread = change_stats(theirs, images[0])
+      arrays[f"s{severity}_reference_mean"] = np.float32(mean)
+      arrays[f"s{severity}_reference_spread"] = np.float32(spread)
+    np.savez_compressed(os.path.join(directory, f"{name}.npz"), **arrays)
+    print("wrote", name, os.path.getsize(os.path.join(directory, f"{name}.npz")), "bytes")
+
+
+def main(argv):
+  del argv
+  if _FIXTURES.value:
+    write_fixtures(_FIXTURES.value, _ONLY.value or list(MODULES))
+    return
+  images = photographs(_SIZE.value)
+  table = _TABLE.value
+  names = _ONLY.value or list(MODULES)
+  print(f"table={table} size={_SIZE.value} draws={_DRAWS.value} images=astronaut,chelsea,coffee")
+  print("name               sev  exact|diff|  mean change ours/ref (+-se)   spread ours/ref")
+  for name in names:
+    for severity in range(1, 6):
+      exact = EXACT[name](images, severity, table) if name in EXACT else None
+      exact_text = "      -    " if exact is None else f"{np.mean([e[0] for e in exact]):9.3f}  "
+      rows = distribution(name, images, severity, table, _DRAWS.value)
+      ours_mean = np.mean([r[0][0].mean() for r in rows])
+      ref_mean = np.mean([r[1][0].mean() for r in rows])
+      ref_se = np.sqrt(np.mean([r[1][0].var() for r in rows]) / _DRAWS.value)
+      ours_std = np.mean([r[0][1].mean() for r in rows])
+      ref_std = np.mean([r[1][1].mean() for r in rows])
+      print(f"{name:18s} {severity:3d} {exact_text} {ours_mean:8.2f} / {ref_mean:8.2f} "
+            f"(+-{ref_se:5.2f})   {ours_std:7.2f} / {ref_std:7.2f}")
+
+
+if __name__ == "__main__":
+  app.run(main)

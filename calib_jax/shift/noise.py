@@ -1,0 +1,80 @@
+"""Noise corruptions (Hendrycks & Dietterich, ICLR 2019), batched and jit-able.
+
+With `u = x / 255` the image on [0, 1] and one independent draw per pixel and channel:
+
+* `gaussian_noise`: u + N(0, c^2)
+* `shot_noise`:     Poisson(c u) / c
+* `impulse_noise`:  scikit-image's salt & pepper: each value is replaced with probability c, by 1
+  (salt) or 0 (pepper) with probability 1/2 each
+* `speckle_noise`:  u + u N(0, c^2)
+
+Every function takes `x` float32 `[B, H, W, 3]` on the 0..255 scale, the table entry `c` of one
+severity (a static Python float) and a PRNG key; it returns the unclipped float32 result on the
+0..255 scale (the caller clips and truncates to uint8).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
+
+
+def gaussian_noise(x: jax.Array, scale: float, key: jax.Array) -> jax.Array:
+  """Additive Gaussian noise of standard deviation `scale` (on the [0, 1] scale)."""
+  unit = x / 255.0
+  return (unit + scale * jax.random.normal(key, x.shape, jnp.float32)) * 255.0
+
+
+def shot_noise(x: jax.Array, photons: float, key: jax.Array) -> jax.Array:
+  """Poisson (shot) noise with `photons` expected counts at full intensity."""
+  rate = x / 255.0 * photons
+  counts = jax.random.poisson(key, rate, x.shape).astype(jnp.float32)
+  return counts / photons * 255.0
+
+
+def impulse_noise(x: jax.Array, amount: float, key: jax.Array) -> jax.Array:
+  """Salt & pepper noise: a fraction `amount` of the values set to 0 or 255 with equal odds."""
+  flip_key, salt_key = jax.random.split(key)
+  flipped = jax.random.bernoulli(flip_key, amount, x.shape)
+  salted = jax.random.bernoulli(salt_key, 0.5, x.shape)
+  return jnp.where(flipped, jnp.where(salted, 255.0, 0.0), x)
+
+
+def speckle_noise(x: jax.Array, scale: float, key: jax.Array) -> jax.Array:
+  """Multiplicative Gaussian noise u (1 + N(0, scale^2))."""
+  unit = x / 255.0
+  return (unit + unit * scale * jax.random.normal(key, x.shape, jnp.float32)) * 255.0
+
+
+CORRUPTIONS: dict[str, Corruption] = {
+    "gaussian_noise": gaussian_noise,
+    "shot_noise": shot_noise,
+    "impulse_noise": impulse_noise,
+    "speckle_noise": speckle_noise,
+}
+
+# ImageNet-C's entries are imagecorruptions' (applied to any image size); CIFAR-10-C's and
+# Tiny-ImageNet-C's are those of Hendrycks' make_cifar_c.py and make_tinyimagenet_c.py.
+PARAMETERS: dict[str, dict[str, tuple]] = {
+    "imagenet": {
+        "gaussian_noise": (0.08, 0.12, 0.18, 0.26, 0.38),
+        "shot_noise": (60, 25, 12, 5, 3),
+        "impulse_noise": (0.03, 0.06, 0.09, 0.17, 0.27),
+        "speckle_noise": (0.15, 0.2, 0.35, 0.45, 0.6),
+    },
+    "cifar10": {
+        "gaussian_noise": (0.04, 0.06, 0.08, 0.09, 0.10),
+        "shot_noise": (500, 250, 100, 75, 50),
+        "impulse_noise": (0.01, 0.02, 0.03, 0.05, 0.07),
+        "speckle_noise": (0.06, 0.1, 0.12, 0.16, 0.2),
+    },
+    "tiny_imagenet": {
+        "gaussian_noise": (0.04, 0.08, 0.12, 0.15, 0.18),
+        "shot_noise": (250, 100, 50, 30, 15),
+        "impulse_noise": (0.01, 0.02, 0.05, 0.08, 0.14),
+        "speckle_noise": (0.15, 0.2, 0.25, 0.3, 0.35),
+    },
+}

@@ -22,24 +22,86 @@ need ImageMagick (motion_blur, snow) are compared with imagecorruptions' own ker
 
   /work/venvs/shiftref/bin/python crosscheck/shift_weather.py --size=224 --draws=20
 """
+import ast
+import contextlib
 import os
 
 from absl import app, flags
+import cv2
 import imagecorruptions
 from imagecorruptions import corruptions as ref
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 from PIL import Image
+from scipy.ndimage import map_coordinates
+from scipy.ndimage import zoom as scizoom
+import skimage
 import skimage.data
+import skimage.filters
 
-from calib_jax.shift import motion
+from calib_jax.shift import geometric, motion
 
 _SIZE = flags.DEFINE_integer("size", 224, "side of the square test images")
 _DRAWS = flags.DEFINE_integer("draws", 20, "random draws per image and side")
 _TABLE = flags.DEFINE_enum("table", "imagenet", ["imagenet", "cifar10", "tiny_imagenet"], "table")
 _ONLY = flags.DEFINE_list("only", [], "corruption names to check (default: all of them)")
 _FIXTURES = flags.DEFINE_string("fixtures", "", "directory to write the test fixtures into")
+_CIFAR_SOURCE = flags.DEFINE_string(
+    "cifar_source", "/work/.mirror/hendrycks+robustness/repo",
+    "git directory or checkout of hendrycks/robustness (for the CIFAR-10-C / Tiny-ImageNet-C scripts)")
+
+FROST_DIR = os.path.join(os.path.dirname(imagecorruptions.__file__), "frost")
+SCRIPTS = {"cifar10": "make_cifar_c.py", "tiny_imagenet": "make_tinyimagenet_c.py"}
+_SCRIPT_FUNCTIONS = {}
+
+
+def _gaussian(image, sigma, multichannel=False, **kwargs):
+  # The 2019 scripts call skimage's gaussian with `multichannel`, since renamed `channel_axis`.
+  return skimage.filters.gaussian(image, sigma, channel_axis=-1 if multichannel else None, **kwargs)
+
+
+def script_functions(table):
+  """The corruption functions of Hendrycks' make_*_c.py for `table`, executed without the
+  scripts' module-level code (dataset loading, ImageMagick)."""
+  if table not in _SCRIPT_FUNCTIONS:
+    source = _CIFAR_SOURCE.value
+    relative = "ImageNet-C/create_c/" + SCRIPTS[table]
+    if os.path.isdir(os.path.join(source, "objects")) or source.endswith("repo"):
+      import subprocess  # only to read the script out of a bare mirror
+      text = subprocess.run(["git", "--git-dir", source, "show", "HEAD:" + relative],
+                            check=True, capture_output=True, text=True).stdout
+    else:
+      with open(os.path.join(source, relative)) as handle:
+        text = handle.read()
+    tree = ast.parse(text)
+    tree.body = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    namespace = {"np": np, "cv2": cv2, "gaussian": _gaussian, "scizoom": scizoom,
+                 "map_coordinates": map_coordinates, "sk": skimage}
+    exec(compile(tree, SCRIPTS[table], "exec"), namespace)
+    _SCRIPT_FUNCTIONS[table] = namespace
+  return _SCRIPT_FUNCTIONS[table]
+
+
+@contextlib.contextmanager
+def in_frost_dir():
+  here = os.getcwd()
+  os.chdir(FROST_DIR)
+  try:
+    yield
+  finally:
+    os.chdir(here)
+
+
+def reference_any(name, image, severity, table, np_seed, **kwargs):
+  if table == "imagenet":
+    np.random.seed(np_seed)
+    return np.uint8(imagecorruptions.corrupt(image, severity=severity, corruption_name=name,
+                                             **kwargs))
+  np.random.seed(np_seed)
+  with in_frost_dir():
+    return as_uint8(script_functions(table)[name](Image.fromarray(image), severity))
 
 
 def photographs(size):
@@ -105,8 +167,73 @@ def snow_exact(images, severity, table):
   return diffs
 
 
-EXACT = {"motion_blur": motion_blur_exact, "snow": snow_exact}
-MODULES = {"motion_blur": motion, "snow": motion}
+def zoom_blur_exact(images, severity, table):
+  params = geometric.PARAMETERS[table]["zoom_blur"][severity - 1]
+  out = []
+  for seed, image in enumerate(images):
+    theirs = reference_any("zoom_blur", image, severity, table, seed)
+    ours = geometric.zoom_blur(jnp.asarray(image[None], jnp.float32), params)[0]
+    out.append((grey_levels(ours, theirs), {}, as_uint8(theirs)))
+  return out
+
+
+def elastic_transform_exact(images, severity, table):
+  params = geometric.PARAMETERS[table]["elastic_transform"][severity - 1]
+  out = []
+  for seed, image in enumerate(images):
+    height, width = image.shape[:2]
+    np.random.seed(seed)
+    draws = {}
+    if table == "imagenet":
+      bound = height * 0.005
+      fields = [np.random.uniform(-bound, bound, (height, width)) / bound for _ in range(2)]
+    else:
+      bound = params.affine
+      draws["moves"] = np.float32(np.random.uniform(-bound, bound, (1, 3, 2)) / bound)
+      fields = [np.random.uniform(-1, 1, (height, width)) for _ in range(2)]
+    draws["fields"] = np.float32(np.stack(fields)[None])
+    theirs = reference_any("elastic_transform", image, severity, table, seed)
+    ours = geometric.elastic_transform_at(jnp.asarray(image[None], jnp.float32), params,
+                                          **{k: jnp.asarray(v) for k, v in draws.items()})[0]
+    out.append((grey_levels(ours, theirs), draws, as_uint8(theirs)))
+  return out
+
+
+@numba.njit()
+def _numba_offsets(count, delta, seed):
+  # The draws of the reference's numba loop: same generator (numba's), same seed, same order.
+  np.random.seed(seed)
+  out = np.empty((count, 2), np.int64)
+  for i in range(count):
+    out[i] = np.random.randint(-delta, delta, size=(2,))
+  return out
+
+
+def glass_blur_exact(images, severity, table):
+  params = geometric.PARAMETERS[table]["glass_blur"][severity - 1]
+  out = []
+  for seed, image in enumerate(images):
+    height, width = image.shape[:2]
+    count = geometric.glass_swap_sites(height, width, params[1], params[2]).shape[0]
+    if table == "imagenet":
+      offsets = _numba_offsets(count, params[1], seed)
+      theirs = reference_any("glass_blur", image, severity, table, 0, seed=seed)
+    else:  # the script draws with numpy's global generator, in the same order
+      np.random.seed(seed)
+      offsets = np.stack([np.random.randint(-params[1], params[1], size=(2,))
+                          for _ in range(count)])
+      theirs = reference_any("glass_blur", image, severity, table, seed)
+    draws = {"offsets": np.int32(offsets[None])}
+    ours = geometric.glass_blur_at(jnp.asarray(image[None], jnp.float32), params,
+                                   jnp.asarray(draws["offsets"]))[0]
+    out.append((grey_levels(ours, theirs), draws, as_uint8(theirs)))
+  return out
+
+
+EXACT = {"motion_blur": motion_blur_exact, "snow": snow_exact, "zoom_blur": zoom_blur_exact,
+         "elastic_transform": elastic_transform_exact, "glass_blur": glass_blur_exact}
+MODULES = {"motion_blur": motion, "snow": motion, "zoom_blur": geometric,
+           "elastic_transform": geometric, "glass_blur": geometric}
 
 
 # --- distributions ------------------------------------------------------------------------
@@ -118,9 +245,20 @@ def change_stats(outputs, image):
 
 
 def reference_draws(name, image, severity, table, draws):
-  if table == "imagenet":
-    return np.stack([reference(name, image, severity, 1000 + d) for d in range(draws)])
-  raise NotImplementedError(table)
+  if table != "imagenet" and name == "snow":
+    return None  # the script's snow needs ImageMagick
+  out = []
+  for draw in range(draws):
+    if table != "imagenet" and name == "motion_blur":  # ImageMagick's blur, emulated
+      np.random.seed(1000 + draw)
+      radius, sigma = motion.PARAMETERS[table][name][severity - 1]
+      out.append(as_uint8(ref._motion_blur(np.array(image), radius, sigma,
+                                           np.random.uniform(-45, 45))))
+    else:
+      # glass_blur's own generator takes a seed argument (not np.random's state).
+      extra = {"seed": 5000 + draw} if name == "glass_blur" and table == "imagenet" else {}
+      out.append(reference_any(name, image, severity, table, 1000 + draw, **extra))
+  return np.stack(out)
 
 
 def distribution(name, images, severity, table, draws):
@@ -132,6 +270,8 @@ def distribution(name, images, severity, table, draws):
     batch = jnp.asarray(np.repeat(image[None], draws, axis=0), jnp.float32)
     ours = np.asarray(fn(batch, jax.random.key(index)))
     theirs = reference_draws(name, image, severity, table, draws)
+    if theirs is None:
+      return None
     rows.append((change_stats(ours, image), change_stats(theirs, image)))
   return rows
 
@@ -140,14 +280,14 @@ FIXTURE_SIZE, FIXTURE_DRAWS, FIXTURE_SEVERITIES = 32, 24, (2, 5)
 
 
 def write_fixtures(directory, names):
-  """Per corruption, `{name}.npz`: the 32 px images, the replayed draws and the reference's
-  uint8 outputs at every severity (deterministic part), and the reference's per-draw mean
-  change and spread at severities 2 and 5 (distribution)."""
+  """Per corruption, `{name}.npz`: a 32 px photograph, and at severities 2 and 5 the replayed
+  draws and the reference's uint8 output (deterministic part) and the reference's per-draw mean
+  change and spread over 24 draws (distribution), all with the ImageNet-C table."""
   os.makedirs(directory, exist_ok=True)
   images = photographs(FIXTURE_SIZE)[:1]
   for name in names:
     arrays = {"images": images}
-    for severity in range(1, 6):
+    for severity in FIXTURE_SEVERITIES:
       exact = EXACT[name](images, severity, "imagenet") if name in EXACT else None
       for index, (_, draws, theirs) in enumerate(exact or ()):
         for key, value in draws.items():
@@ -177,6 +317,9 @@ def main(argv):
       exact = EXACT[name](images, severity, table) if name in EXACT else None
       exact_text = "      -    " if exact is None else f"{np.mean([e[0] for e in exact]):9.3f}  "
       rows = distribution(name, images, severity, table, _DRAWS.value)
+      if rows is None:
+        print(f"{name:18s} {severity:3d} {exact_text} (no reference for this table)")
+        continue
       ours_mean = np.mean([r[0][0].mean() for r in rows])
       ref_mean = np.mean([r[1][0].mean() for r in rows])
       ref_se = np.sqrt(np.mean([r[1][0].var() for r in rows]) / _DRAWS.value)

@@ -22,8 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
-# Convolutions in full float32 (no TF32/bfloat16 passes on accelerators).
-_EXACT = jax.lax.Precision.HIGHEST
 
 
 def _reflect101(values: np.ndarray, pad: int, axis: int) -> np.ndarray:
@@ -56,15 +54,23 @@ def disk_kernel(radius: float, alias_blur: float) -> np.ndarray:
   return disk
 
 
-def depthwise(x: jax.Array, kernel: np.ndarray) -> jax.Array:
-  """Correlates each channel of a padded `x` `[B, H, W, C]` with `kernel` `[kh, kw]` ('valid')."""
-  channels = x.shape[-1]
-  weights = jnp.broadcast_to(jnp.asarray(kernel, jnp.float32)[:, :, None, None],
-                             (*kernel.shape, 1, channels))
-  return jax.lax.conv_general_dilated(
-      x, weights, window_strides=(1, 1), padding="VALID",
-      dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=channels,
-      precision=_EXACT)
+def correlate(padded: jax.Array, kernel: np.ndarray) -> jax.Array:
+  """Correlates each channel of a padded `x` `[B, H + kh - 1, W + kw - 1, C]` with `kernel`
+  `[kh, kw]` ('valid'): out[i, j] = sum_ab kernel[a, b] x[i + a, j + b].
+
+  Computed as a circular convolution with the flipped kernel through real FFTs (the valid part
+  never wraps around): on CPUs several times faster than XLA's depthwise convolution for these
+  kernel sizes, exact to float32 rounding (~1e-4 grey levels).
+  """
+  height, width = padded.shape[1], padded.shape[2]
+  kernel_height, kernel_width = kernel.shape
+  flipped = np.zeros((height, width), np.float32)
+  flipped[:kernel_height, :kernel_width] = kernel[::-1, ::-1]
+  spectrum = jnp.fft.rfft2(padded.astype(jnp.float32), axes=(1, 2))
+  kernel_spectrum = jnp.asarray(np.fft.rfft2(flipped.astype(np.float64)).astype(np.complex64))
+  full = jnp.fft.irfft2(spectrum * kernel_spectrum[None, :, :, None], s=(height, width),
+                        axes=(1, 2))
+  return full[:, kernel_height - 1:, kernel_width - 1:, :]
 
 
 def defocus_blur(x: jax.Array, params: tuple[float, float], key: jax.Array) -> jax.Array:
@@ -73,7 +79,7 @@ def defocus_blur(x: jax.Array, params: tuple[float, float], key: jax.Array) -> j
   kernel = disk_kernel(*params)
   pad = kernel.shape[0] // 2
   padded = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")
-  return depthwise(padded, kernel)
+  return correlate(padded, kernel)
 
 
 def gaussian_kernel(sigma: float, truncate: float = 4.0) -> np.ndarray:
@@ -90,8 +96,7 @@ def gaussian_blur(x: jax.Array, sigma: float, key: jax.Array) -> jax.Array:
   weights = gaussian_kernel(sigma)
   pad = weights.shape[0] // 2
   padded = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
-  rows = depthwise(padded, weights[:, None])
-  return depthwise(rows, weights[None, :])
+  return correlate(padded, np.outer(weights, weights))
 
 
 CORRUPTIONS: dict[str, Corruption] = {

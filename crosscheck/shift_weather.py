@@ -25,6 +25,7 @@ need ImageMagick (motion_blur, snow) are compared with imagecorruptions' own ker
 import ast
 import contextlib
 import os
+import types
 
 from absl import app, flags
 import cv2
@@ -41,7 +42,7 @@ import skimage
 import skimage.data
 import skimage.filters
 
-from calib_jax.shift import geometric, motion
+from calib_jax.shift import geometric, motion, weather
 
 _SIZE = flags.DEFINE_integer("size", 224, "side of the square test images")
 _DRAWS = flags.DEFINE_integer("draws", 20, "random draws per image and side")
@@ -77,7 +78,10 @@ def script_functions(table):
         text = handle.read()
     tree = ast.parse(text)
     tree.body = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
-    namespace = {"np": np, "cv2": cv2, "gaussian": _gaussian, "scizoom": scizoom,
+    numpy_2019 = types.ModuleType("numpy")   # the scripts use np.float_, gone in numpy 2
+    numpy_2019.__dict__.update(np.__dict__)
+    numpy_2019.float_ = np.float64
+    namespace = {"np": numpy_2019, "cv2": cv2, "gaussian": _gaussian, "scizoom": scizoom,
                  "map_coordinates": map_coordinates, "sk": skimage}
     exec(compile(tree, SCRIPTS[table], "exec"), namespace)
     _SCRIPT_FUNCTIONS[table] = namespace
@@ -230,9 +234,62 @@ def glass_blur_exact(images, severity, table):
   return out
 
 
-EXACT = {"motion_blur": motion_blur_exact, "snow": snow_exact, "zoom_blur": zoom_blur_exact,
+def fog_exact(images, severity, table):
+  params = weather.PARAMETERS[table]["fog"][severity - 1]
+  out = []
+  for seed, image in enumerate(images):
+    size = weather.plasma_size(*image.shape[:2])
+    np.random.seed(seed)
+    draws, wibble = [], 100.0
+    shapes = weather.plasma_draw_shapes(size)
+    for index, shape in enumerate(shapes):   # three draws per step, then the decay
+      draws.append(np.float32(np.random.uniform(-wibble, wibble, shape)[None] / wibble))
+      if index % 3 == 2:
+        wibble /= params[1]
+    theirs = reference_any("fog", image, severity, table, seed)
+    ours = weather.fog_at(jnp.asarray(image[None], jnp.float32), params,
+                          [jnp.asarray(d) for d in draws])[0]
+    out.append((grey_levels(ours, theirs), {f"draw{i:02d}": d for i, d in enumerate(draws)},
+                as_uint8(theirs)))
+  return out
+
+
+def frost_exact(images, severity, table):
+  params = weather.PARAMETERS[table]["frost"][severity - 1]
+  out = []
+  for seed, image in enumerate(images):
+    height, width = image.shape[:2]
+    _, sizes = weather.frost_textures(height, width, params.scale, params.textures)
+    np.random.seed(seed)
+    choice = np.random.randint(params.textures if table == "imagenet" else 5)
+    corner = (np.random.randint(0, sizes[choice][0] - height),
+              np.random.randint(0, sizes[choice][1] - width))
+    theirs = reference_any("frost", image, severity, table, seed)
+    draws = {"choice": np.int32([choice]), "corner": np.int32([corner])}
+    ours = weather.frost_at(jnp.asarray(image[None], jnp.float32), params,
+                            *(jnp.asarray(v) for v in draws.values()))[0]
+    out.append((grey_levels(ours, theirs), draws, as_uint8(theirs)))
+  return out
+
+
+def spatter_exact(images, severity, table):
+  params = weather.PARAMETERS[table]["spatter"][severity - 1]
+  out = []
+  for seed, image in enumerate(images):
+    np.random.seed(seed)
+    noise = np.random.normal(size=image.shape[:2], loc=params[0], scale=params[1])
+    theirs = reference_any("spatter", image, severity, table, seed)
+    draws = {"noise": np.float32(noise[None])}
+    ours = weather.spatter_at(jnp.asarray(image[None], jnp.float32), params,
+                              jnp.asarray(draws["noise"]))[0]
+    out.append((grey_levels(ours, theirs), draws, as_uint8(theirs)))
+  return out
+
+
+EXACT = {"fog": fog_exact, "frost": frost_exact, "spatter": spatter_exact,
+         "motion_blur": motion_blur_exact, "snow": snow_exact, "zoom_blur": zoom_blur_exact,
          "elastic_transform": elastic_transform_exact, "glass_blur": glass_blur_exact}
-MODULES = {"motion_blur": motion, "snow": motion, "zoom_blur": geometric,
+MODULES = {"fog": weather, "frost": weather, "spatter": weather, "motion_blur": motion, "snow": motion, "zoom_blur": geometric,
            "elastic_transform": geometric, "glass_blur": geometric}
 
 

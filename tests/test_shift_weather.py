@@ -19,13 +19,30 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from calib_jax.shift import geometric, motion
+from calib_jax.shift import geometric, motion, weather
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "shift_weather")
-MODULES = (motion, geometric)
+MODULES = (motion, geometric, weather)
 NAMES = {name: module for module in MODULES for name in module.CORRUPTIONS}
 TABLES = ("imagenet", "cifar10", "tiny_imagenet")
 DETERMINISTIC = {"zoom_blur"}
+# frost's textures come from the reference package, absent here: its tests use synthetic ones,
+# and its agreement with the reference is measured by crosscheck/shift_weather.py.
+FIXTURED = sorted(set(NAMES) - {"frost"})
+
+
+@pytest.fixture
+def synthetic_frost(tmp_path, monkeypatch):
+  """Six random textures under the reference's file names (200 x 180, enough for 32 px images
+  at every table's scale), in place of the installed package's."""
+  from PIL import Image
+  rng = np.random.default_rng(0)
+  for name in weather.FROST_FILES:
+    Image.fromarray(rng.integers(0, 256, (180, 200, 3), dtype=np.uint8)).save(tmp_path / name)
+  monkeypatch.setattr(weather, "_frost_directory", lambda: str(tmp_path))
+  weather.frost_textures.cache_clear()
+  yield tmp_path
+  weather.frost_textures.cache_clear()
 
 
 def _fixture(name):
@@ -45,11 +62,12 @@ def test_tables_complete():
 
 
 @pytest.mark.parametrize("name", sorted(NAMES))
-def test_every_severity_traces_with_its_shape(name):
+def test_every_severity_traces_with_its_shape(name, synthetic_frost):
   # Tracing (no compilation) proves every table entry is jit-able and keeps the shape.
   module = NAMES[name]
   images = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
-  for table in TABLES:
+  tables = ("imagenet", "cifar10") if name == "frost" else TABLES  # Tiny's crop is 64 px
+  for table in tables:
     for params in module.PARAMETERS[table][name]:
       out = jax.eval_shape(lambda x, key: module.CORRUPTIONS[name](x, params, key),
                            images, jax.random.key(0))
@@ -62,6 +80,8 @@ EXACT = {
     "zoom_blur": lambda x, params, d: geometric.zoom_blur(x, params),
     "elastic_transform": lambda x, params, d: geometric.elastic_transform_at(x, params, **d),
     "glass_blur": lambda x, params, d: geometric.glass_blur_at(x, params, d["offsets"]),
+    "fog": lambda x, params, d: weather.fog_at(x, params, [d[k] for k in sorted(d)]),
+    "spatter": lambda x, params, d: weather.spatter_at(x, params, d["noise"]),
 }
 
 
@@ -84,7 +104,7 @@ def _agree(ours, theirs):
   return abs(ours.mean() - theirs.mean()) <= tolerance, (ours.mean(), theirs.mean(), tolerance)
 
 
-@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("name", FIXTURED)
 def test_distribution_matches_reference(name):
   data = _fixture(name)
   module = NAMES[name]
@@ -111,3 +131,34 @@ def test_distribution_matches_reference(name):
     assert ok, ("mean change", name, severity, detail)
     ok, detail = _agree(change.std(axis=(1, 2, 3)), data[f"s{severity}_reference_spread"])
     assert ok, ("spread", name, severity, detail)
+
+
+def test_frost_without_the_reference_package_names_the_extra(monkeypatch):
+  monkeypatch.setattr(weather.importlib.util, "find_spec", lambda name: None)
+  weather.frost_textures.cache_clear()
+  images = jnp.zeros((1, 32, 32, 3), jnp.float32)
+  with pytest.raises(ValueError, match="pip install imagecorruptions-imaug") as error:
+    weather.frost(images, weather.PARAMETERS["imagenet"]["frost"][0], jax.random.key(0))
+  assert "\n" not in str(error.value)
+
+
+def test_frost_blends_a_random_crop_of_a_texture(synthetic_frost):
+  params = weather.PARAMETERS["imagenet"]["frost"][4]
+  images = jnp.full((6, 32, 32, 3), 100.0, jnp.float32)
+  out = np.asarray(jax.jit(weather.frost, static_argnums=1)(images, params, jax.random.key(1)))
+  stack, sizes = weather.frost_textures(32, 32, None, 6)
+  # 180 x 200 textures enlarged 1.1 times, the size rounded up as the reference does
+  # (ceil(180 * 1.1) = 199 in floating point).
+  np.testing.assert_array_equal(sizes, [[199, 221]] * 6)
+  for picture in out:
+    layer = (picture - params.image_weight * 100.0) / params.frost_weight
+    np.testing.assert_allclose(layer, np.round(layer), atol=1e-3)
+    # The crop is found somewhere inside one of the textures (a corner drawn from the range).
+    crop = np.round(layer).astype(np.uint8)
+    found = False
+    for t in range(6):
+      room = stack[t, :sizes[t][0] - 32, :sizes[t][1] - 32]
+      for r, c in np.argwhere(np.all(room == crop[0, 0], axis=-1)):
+        found = found or np.array_equal(stack[t, r:r + 32, c:c + 32], crop)
+    assert found
+  assert len({picture.tobytes() for picture in out}) == 6

@@ -162,3 +162,19 @@ def test_frost_blends_a_random_crop_of_a_texture(synthetic_frost):
         found = found or np.array_equal(stack[t, r:r + 32, c:c + 32], crop)
     assert found
   assert len({picture.tobytes() for picture in out}) == 6
+
+
+def test_through_corrupt():
+  # One name of each module (compiling is the cost), through the public entry point: uint8 in
+  # and out, the clipped and truncated float result of the module's function with the same key.
+  from calib_jax import shift
+  image = _fixture("motion_blur")["images"][:1]
+  for name in ("motion_blur", "zoom_blur", "fog"):
+    if name not in shift.corruption_names():
+      continue  # registered by calib_jax.shift's core
+    key = jax.random.key(5)
+    out = shift.corrupt(jnp.asarray(image), name, 1, key=key)
+    assert out.dtype == jnp.uint8 and out.shape == image.shape
+    direct = jax.jit(NAMES[name].CORRUPTIONS[name], static_argnums=1)(
+        jnp.asarray(image, jnp.float32), NAMES[name].PARAMETERS["imagenet"][name][0], key)
+    assert np.mean(np.abs(np.asarray(out, int) - _uint8(direct).astype(int))) < 1.0, name

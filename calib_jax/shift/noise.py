@@ -76,11 +76,13 @@ def shot_noise(x: jax.Array, photons: float, key: jax.Array) -> jax.Array:
 
 
 def impulse_noise(x: jax.Array, amount: float, key: jax.Array) -> jax.Array:
-  """Salt & pepper noise: a fraction `amount` of the values set to 0 or 255 with equal odds."""
-  flip_key, salt_key = jax.random.split(key)
-  flipped = jax.random.bernoulli(flip_key, amount, x.shape)
-  salted = jax.random.bernoulli(salt_key, 0.5, x.shape)
-  return jnp.where(flipped, jnp.where(salted, 255.0, 0.0), x)
+  """Salt & pepper noise: a fraction `amount` of the values set to 0 or 255 with equal odds.
+
+  One uniform draw U per value: salt where U < amount / 2, pepper where amount / 2 <= U < amount
+  (the same law as scikit-image's two Bernoulli draws, at half the random bits).
+  """
+  uniform = jax.random.uniform(key, x.shape, jnp.float32)
+  return jnp.where(uniform < amount, jnp.where(uniform < amount / 2.0, 255.0, 0.0), x)
 
 
 def speckle_noise(x: jax.Array, scale: float, key: jax.Array) -> jax.Array:

@@ -285,7 +285,7 @@ def _equalize(image: jax.Array) -> jax.Array:
   """OpenCV's equalizeHist of a uint8-valued image (LUT from the cumulative histogram, from the
   first occupied level, rounded)."""
   levels = jnp.arange(256, dtype=jnp.float32)
-  counts = jnp.sum(image.reshape(-1, 1) == levels, axis=0).astype(jnp.float32)
+  counts = jnp.bincount(image.astype(jnp.int32).reshape(-1), length=256).astype(jnp.float32)
   total = jnp.float32(image.size)
   first = jnp.argmax(counts > 0)
   cumulative = jnp.cumsum(counts)

@@ -15,10 +15,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from calib_jax.shift import blur, digital, geometric, motion, noise
+from calib_jax.shift import blur, digital, geometric, motion, noise, weather
 
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
-_FAMILIES = (noise, blur, geometric, motion, digital)
+_FAMILIES = (noise, blur, geometric, motion, weather, digital)
 
 # The order of imagecorruptions' `corruption_tuple`: the 15 benchmark corruptions of ImageNet-C,
 # then the 4 held-out validation ones.

@@ -135,13 +135,16 @@ def test_bad_inputs_raise_one_line_errors():
     assert expected in message and "\n" not in message
 
 
-def test_grey_images_go_through_as_three_equal_channels():
+def test_grey_images_go_through_as_three_equal_channels_and_keep_the_first():
   grey = _image(batch=2, channels=1)[:, None]  # two leading dims: [2, 1, 32, 32, 1]
   out = np.asarray(shift.corrupt(grey, "contrast", 4))
   assert out.shape == grey.shape and out.dtype == np.uint8
   rgb = np.asarray(shift.corrupt(np.repeat(grey[:, 0], 3, axis=-1), "contrast", 4))
   np.testing.assert_array_equal(out[:, 0, ..., 0], rgb[..., 0])
   np.testing.assert_array_equal(rgb[..., 0], rgb[..., 2])
+  # Noise keeps one channel's law: a mean of three channels would shrink its spread by sqrt(3).
+  grey_noise = np.asarray(shift.corrupt(GREY[..., :1], "gaussian_noise", 1)).astype(float) - 128
+  assert abs(grey_noise.std() / (255 * 0.08) - 1) < 0.1
 
 
 def test_random_corruptions_are_reproducible_and_per_image():

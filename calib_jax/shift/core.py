@@ -65,7 +65,9 @@ def _program(corruption: str, severity: int, table: str) -> Callable:
       x = jnp.broadcast_to(x, (*x.shape[:3], 3))
     out = jnp.clip(fn(x, params, key), 0.0, 255.0)
     if channels == 1:
-      out = jnp.mean(out, axis=-1, keepdims=True)
+      # The first channel, as the reference's `saturate` returns grey images: its law is that
+      # of one channel of the reference's output (a mean of three would shrink the noise).
+      out = out[..., :1]
     return out.astype(jnp.uint8).reshape(images.shape)
 
   return jax.jit(run)
@@ -77,7 +79,7 @@ def corrupt(images: jax.Array, corruption: str, severity: int, *,
 
   Args:
     images: uint8 array `[..., H, W, C]`, C = 3 (RGB) or 1 (grey: corrupted as 3 equal channels,
-      returned as their mean); any leading batch dimensions.
+      the first of which is returned); any leading batch dimensions.
     corruption: one of `corruption_names()`.
     severity: 1..5.
     key: PRNG key of the random corruptions (one independent draw per image); None means

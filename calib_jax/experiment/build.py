@@ -95,7 +95,6 @@ class Experiment:
     schedule = self.config.loss_schedule
     if schedule.name == "none":
       return None
-    from calib_jax import losses  # Deferred as in `build`.
     hparam = schedule.hparam
     configured = {**losses.default_hparams(self.config.loss), **self.config.loss_kwargs.to_dict()}
     start = (values or {}).get(hparam, configured[hparam])

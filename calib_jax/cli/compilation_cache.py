@@ -16,9 +16,11 @@ program to the wrong one.
 Two processes sharing the directory: JAX writes an entry in place (it is not written to a
 temporary file and renamed), so a reader racing a writer can read a partial entry; JAX then
 fails to decompress it, warns (the warning goes to the run's log.txt) and compiles the program
-itself, which is safe. With the `filelock` package installed the cache is bounded
-(`MAX_BYTES`, least recently used entries evicted) and every read and write holds a file lock,
-so no partial entry is ever read.
+itself, which is safe (checked by truncating entries: "Error reading persistent compilation
+cache entry ... incomplete", the right result). JAX never rewrites an existing entry, so one left
+partial by a killed writer is compiled on every run until the directory is deleted. With the
+`filelock` package installed the cache is bounded (`MAX_BYTES`, least recently used entries
+evicted) and every read and write holds a file lock, so no partial entry is ever read.
 
 Importing this module does nothing; `enable()` is called by each program's `run()`.
 """

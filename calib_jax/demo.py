@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from calib_jax.cli import console
+from calib_jax.cli import compilation_cache, console
 
 # The demo's recipe travels with the package (`configs/default.py` in a source checkout).
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
   """The program (`python -m calib_jax.demo`, `make demo`, the `calib-jax-demo` command)."""
   console.quiet_native_logs(sys.argv)
+  compilation_cache.enable()
   sys.exit(main())
 
 

@@ -96,18 +96,36 @@ def test_bad_predictions_are_one_line_each(arrays, change, message):
                                         predictions.REQUIRED + predictions.OPTIONAL})
 
 
-def _eval(*args):
+def _eval(*args, env=None):
   return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args],
-                        capture_output=True, text=True, timeout=600)
+                        capture_output=True, text=True, timeout=600, env=env)
+
+
+# eval.py's program, which also writes to $IMPORTED at exit whether TensorFlow was imported.
+_EVAL_NOTING_IMPORTS = (
+    "import atexit, os, sys; atexit.register(lambda: open(os.environ['IMPORTED'], 'w').write("
+    "str(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))));"
+    f"sys.path.insert(0, {ROOT!r}); from calib_jax.cli import evaluate; evaluate.run()")
 
 
 def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   small = {k: v[:300] for k, v in arrays.items()}
   np.savez(tmp_path / "preds.npz", **small)
-  done = _eval(f"--predictions={tmp_path / 'preds.npz'}", f"--workdir={tmp_path / 'out'}",
-               "--bootstrap_samples=40")
+  env = {**os.environ, "IMPORTED": str(tmp_path / "imported.txt"),
+         "CALIB_JAX_COMPILATION_CACHE": str(tmp_path / "cache")}
+  done = subprocess.run(
+      [sys.executable, "-c", _EVAL_NOTING_IMPORTS, f"--predictions={tmp_path / 'preds.npz'}",
+       f"--workdir={tmp_path / 'out'}", "--bootstrap_samples=40"],
+      capture_output=True, text=True, timeout=600, env=env)
   assert done.returncode == 0, done.stderr[-2000:]
   assert "temperature" in done.stdout and "OOD vs test" in done.stdout
+  # The console carries the report alone: jax's backend probing is logged to the workdir.
+  assert done.stderr == "", done.stderr[-2000:]
+  assert (tmp_path / "out" / "log.txt").exists()
+  # A file of logits needs no data pipeline: TensorFlow is never imported.
+  assert (tmp_path / "imported.txt").read_text() == "[]"
+  # The compiled programs went to the cache directory named by the environment.
+  assert len(list((tmp_path / "cache").iterdir())) > 10
   out = tmp_path / "out" / predictions.PREDICTIONS_DIR
   written = json.loads((out / "metrics.json").read_text())
   assert written["bootstrap_samples"] == 40

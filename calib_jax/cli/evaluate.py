@@ -27,7 +27,7 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from calib_jax.cli import console, flags
+from calib_jax.cli import compilation_cache, console, flags
 
 _SPLIT = absl_flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
@@ -55,12 +55,6 @@ _WEIGHTS = absl_flags.DEFINE_string(
 def main(argv: list[str]) -> None:
   """absl's main: restores the checkpoint (or reads --weights), writes metrics and plots,
   prints a summary."""
-  from calib_jax.config import ConfigError
-  from calib_jax.data.checks import DataError
-  from calib_jax.evaluation import run as evaluation
-  from calib_jax.experiment import WeightFileError
-  from calib_jax.training import checkpoint, reporting
-  from calib_jax.cli import run_config
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _WEIGHTS.value and _STEP.value is not None:
@@ -69,6 +63,14 @@ def main(argv: list[str]) -> None:
   if _PREDICTIONS.value:
     _evaluate_predictions(_PREDICTIONS.value, workdir)
     return
+  # Function-level imports: a predictions file (above) needs none of the data pipeline's
+  # TensorFlow and tensorflow_datasets, which these pull in (~4 s).
+  from calib_jax.config import ConfigError
+  from calib_jax.data.checks import DataError
+  from calib_jax.evaluation import run as evaluation
+  from calib_jax.experiment import WeightFileError
+  from calib_jax.training import checkpoint, reporting
+  from calib_jax.cli import run_config
   if _WEIGHTS.value:
     resolved = os.path.abspath(os.path.expanduser(_WEIGHTS.value))
     if not os.path.isfile(resolved):  # Before the workdir is made for the results.
@@ -115,15 +117,19 @@ def _evaluate_predictions(path: str, workdir: str) -> None:
   if _WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None or _OOD.value:
     sys.exit("eval.py: --predictions evaluates a file's logits (its ood_logits array is the "
              "OOD set); it cannot go with --weights, --member, --step or --ood")
+  try:  # Library logs (jax's backend probing) go to the log file, as for a run.
+    console.setup(workdir, datasets=False)
+  except OSError as e:
+    sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
   try:
     arrays = predictions.load_npz(os.path.abspath(os.path.expanduser(path)))
     options = {} if _BOOTSTRAP.value is None else {"bootstrap_samples": _BOOTSTRAP.value}
-    results = predictions.evaluate_predictions(**{
+    results, fitted = predictions.fit_and_evaluate(**{
         k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL}, **options)
   except predictions.PredictionsError as e:
     sys.exit(f"eval.py: {e}")
   files = predictions.write_report(os.path.join(workdir, predictions.PREDICTIONS_DIR), arrays,
-                                   results)
+                                   results, fitted)
   print(predictions.format_table(results))
   print(f"\nwritten: {', '.join(files.values())}")
 
@@ -144,9 +150,16 @@ def _members(config) -> list[int | None]:
   return [int(text)]
 
 
+def _asks_for_predictions(argv: list[str]) -> bool:
+  """Whether a command line (program name first) has `--predictions=FILE`."""
+  return any(arg.split("=", 1)[0] == "--predictions" for arg in argv[1:])
+
+
 def run() -> None:
-  """The program: quiet native logs, flags, then `main` under absl."""
-  console.quiet_native_logs(sys.argv)
+  """The program: quiet native logs, the compilation cache, flags, then `main` under absl.
+  A predictions file never touches the data pipeline, so TensorFlow is not imported for it."""
+  console.quiet_native_logs(sys.argv, import_tensorflow=not _asks_for_predictions(sys.argv))
+  compilation_cache.enable()
   flags.define(sys.argv)
   app.run(main, flags_parser=flags.parse_flags)
 

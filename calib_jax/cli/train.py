@@ -19,7 +19,7 @@ import sys
 
 from absl import app, logging
 
-from calib_jax.cli import console, flags
+from calib_jax.cli import compilation_cache, console, flags
 
 
 def main(argv: list[str]) -> None:
@@ -57,6 +57,7 @@ def main(argv: list[str]) -> None:
 def run() -> None:
   """The program: quiet native logs, flags, then `main` under absl."""
   console.quiet_native_logs(sys.argv)
+  compilation_cache.enable()
   flags.define(sys.argv)
   app.run(main, flags_parser=flags.parse_flags)
 

@@ -95,18 +95,13 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
   return out
 
 
-@functools.lru_cache(maxsize=None)
-def _binned_ece(num_bins: int) -> Callable:
-  """`metrics.ece` at `num_bins`, one object per bin count: the bootstrap's compiled program
-  (keyed by the metric function) is then reused by every calibrator's probabilities."""
-  return functools.partial(metrics.ece, num_bins=num_bins)
-
-
-def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Array,
-                 bootstrap_samples: int) -> dict[str, Any]:
-  confidence = jnp.max(probs, -1)
-  correct = jnp.argmax(probs, -1) == labels
-  result = {
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
+  """The test split's numbers of one calibrator's probabilities, one program (each calibrator
+  gives the same shapes, so it compiles once per report), and the per-sample top-label
+  confidence and correctness the bootstrap resamples."""
+  confidence, correct = metrics.confidence_and_correct(probs, labels)
+  values = {
       "accuracy": metrics.accuracy(probs, labels),
       "ece": metrics.ece(probs, labels, num_bins),
       "aece": metrics.aece(probs, labels, num_bins),
@@ -116,17 +111,38 @@ def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Ar
       "brier": metrics.brier(probs, labels),
       "aurc": metrics.aurc(confidence, correct),
   }
-  result = {k: float(v) for k, v in result.items()}
-  if bootstrap_samples:
-    keys = jax.random.split(key, len(INTERVAL_KEYS))
-    fns = {"ece": (_binned_ece(num_bins), (probs, labels)),
-           "smooth_ece": (metrics.smooth_ece, (probs, labels)),
-           "aurc": (metrics.aurc, (confidence, correct))}
-    result["intervals"] = {
-        name: {k: float(v) for k, v in metrics.bootstrap(
-            fn, *args, num_samples=bootstrap_samples, key=k_).items()}
-        for (name, (fn, args)), k_ in zip(fns.items(), keys)}
-  return result
+  return values, confidence, correct
+
+
+def _top_label_rows(confidence: jax.Array, correct: jax.Array):
+  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE)
+  gives the same value on them as on the probabilities (`metrics.bootstrap`'s reduction)."""
+  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
+  return rows, jnp.logical_not(correct).astype(jnp.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def _interval_metric(name: str, num_bins: int) -> Callable:
+  """The metric `name` of `INTERVAL_KEYS` of one calibrator's `(confidence [N], correct [N])`.
+  One object per (name, bins): the bootstrap's compiled program, keyed by the function, is
+  built once per report and reused by every calibrator. (A version vmapped over the
+  calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
+  if name == "ece":
+    return jax.jit(lambda c, r: metrics.ece(*_top_label_rows(c, r), num_bins))
+  if name == "smooth_ece":
+    return jax.jit(lambda c, r: metrics.smooth_ece(*_top_label_rows(c, r)))
+  return metrics.aurc
+
+
+def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int, key: jax.Array,
+               bootstrap_samples: int) -> dict[str, dict[str, float]]:
+  """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
+  correctness `[N]` (the same resamples for every calibrator: one key)."""
+  keys = jax.random.split(key, len(INTERVAL_KEYS))
+  return {name: {stat: float(v) for stat, v in jax.device_get(metrics.bootstrap(
+              _interval_metric(name, num_bins), confidence, correct,
+              num_samples=bootstrap_samples, key=key_)).items()}
+          for name, key_ in zip(INTERVAL_KEYS, keys)}
 
 
 def _conformal_keys(alphas: tuple, class_alphas: tuple) -> list[tuple[str, str, Any, float]]:
@@ -171,7 +187,9 @@ def _conformal(val_probs, val_labels, test_probs, test_labels, alphas: Sequence[
 
 
 def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
-  """The scores of `failure` and `ood` (higher = more confident / more in-distribution)."""
+  """The scores of `failure` and `ood` (higher = more confident / more in-distribution).
+  Each is computed on its own, not fused into one program: scores with many near-ties
+  (a random forest's logits) would rank differently by a last-bit difference."""
   return {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
           "neg_entropy": posthoc.neg_entropy(logits), "energy": posthoc.energy(logits),
           "pnorm": (posthoc.msp(logits) if pnorm_p is None
@@ -190,7 +208,21 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
                          calibrators: Sequence[str] = DEFAULT_CALIBRATORS,
                          alphas: Sequence[float] = (0.1, 0.05), num_bins: int = 15,
                          bootstrap_samples: int = 1000, seed: int = 0) -> dict[str, Any]:
-  """The report of a model's val/test logits (see the module docstring for every key).
+  """The report of a model's val/test logits (see the module docstring for every key); the
+  arguments and errors are `fit_and_evaluate`'s."""
+  return fit_and_evaluate(val_logits, val_labels, test_logits, test_labels,
+                          ood_logits=ood_logits, calibrators=calibrators, alphas=alphas,
+                          num_bins=num_bins, bootstrap_samples=bootstrap_samples, seed=seed)[0]
+
+
+def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: Any,
+                     *, ood_logits: Any = None,
+                     calibrators: Sequence[str] = DEFAULT_CALIBRATORS,
+                     alphas: Sequence[float] = (0.1, 0.05), num_bins: int = 15,
+                     bootstrap_samples: int = 1000,
+                     seed: int = 0) -> tuple[dict[str, Any], dict[str, posthoc.Calibrator]]:
+  """`evaluate_predictions`' report and the calibrators it fitted (by name; those that
+  refused to fit are in the report's `skipped`), for `plot_report` to reuse.
 
   Args:
     val_logits, val_labels: the fit split, `[N_val, C]` and `[N_val]`.
@@ -215,9 +247,8 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
                      f"{', '.join(posthoc.calibrator_names())}")
   val_x = jnp.asarray(arrays["val_logits"], jnp.float32)
   test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
-  val_y = jnp.asarray(arrays["val_labels"], jnp.int32)
-  test_y = jnp.asarray(arrays["test_labels"], jnp.int32)
-  probabilities = {"raw": (jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1))}
+  val_y = jnp.asarray(arrays["val_labels"].astype(np.int32))
+  test_y = jnp.asarray(arrays["test_labels"].astype(np.int32))
   skipped = {}
   too_few = [a for a in alphas if conformal.min_calibration_size(a) > val_x.shape[0]]
   for alpha in too_few:  # Split conformal cannot reach 1 − alpha on so few samples.
@@ -232,21 +263,30 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
       class_alphas.append(alpha)
     except ValueError as e:
       skipped[f"conformal-class@{alpha:g}"] = str(e)
-  for name in calibrators:
-    try:
-      calibrator = posthoc.fit_calibrator(name, val_x, val_y)
-    except posthoc.TooFewSamplesError as e:  # Report the others; say why this one is missing.
-      skipped[name] = str(e)
-      continue
-    probabilities[name] = (calibrator(val_x), calibrator(test_x))
-  key = jax.random.key(seed)
-  report = {}
-  for name, (val_p, test_p) in probabilities.items():
-    report[name] = {"test": _calibration(test_p, test_y, num_bins, key, bootstrap_samples),
+  # One calibrator at a time: its [N, C] probabilities are dropped once its numbers are taken
+  # (the bootstrap needs only each test sample's confidence and correctness).
+  report, fitted, key = {}, {}, jax.random.key(seed)
+  for name in ("raw",) + tuple(calibrators):
+    if name == "raw":
+      val_p, test_p = jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1)
+    else:
+      try:
+        calibrator = posthoc.fit_calibrator(name, val_x, val_y)
+      except posthoc.TooFewSamplesError as e:  # Report the others; say why this one is missing.
+        skipped[name] = str(e)
+        continue
+      fitted[name] = calibrator
+      val_p, test_p = calibrator(val_x), calibrator(test_x)
+    values, confidence, correct = _test_metrics(test_p, test_y, num_bins)
+    report[name] = {"test": {k: float(v) for k, v in jax.device_get(values).items()},
                     "conformal": _conformal(val_p, val_y, test_p, test_y, alphas,
                                             class_alphas)}
+    del val_p, test_p
+    if bootstrap_samples:
+      report[name]["test"]["intervals"] = _intervals(confidence, correct, num_bins, key,
+                                                     bootstrap_samples)
   pnorm_p = posthoc.select_pnorm(val_x, val_y)
-  wrong = jnp.argmax(test_x, -1) != test_y
+  wrong = np.asarray(arrays["test_logits"]).argmax(-1) != arrays["test_labels"]
   results = {
       "num_val": int(val_x.shape[0]), "num_test": int(test_x.shape[0]),
       "num_classes": int(val_x.shape[1]), "num_bins": num_bins,
@@ -256,12 +296,11 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
   if skipped:
     results["skipped"] = skipped
   if "ood_logits" in arrays:
-    ood_x = jnp.asarray(arrays["ood_logits"], jnp.float32)
-    both = jnp.concatenate([test_x, ood_x])
-    is_ood = jnp.arange(both.shape[0]) >= test_x.shape[0]
-    results["num_ood"] = int(ood_x.shape[0])
+    both = np.concatenate([arrays["test_logits"], arrays["ood_logits"]]).astype(np.float32)
+    is_ood = np.arange(both.shape[0]) >= test_x.shape[0]
+    results["num_ood"] = int(arrays["ood_logits"].shape[0])
     results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
-  return results
+  return results, fitted
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -320,10 +359,11 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
 
 
 def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any], *,
-                reliability_file: str = "reliability.png") -> dict[str, str]:
+                reliability_file: str = "reliability.png",
+                calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
-  ECE, refitted on val) and `smooth_reliability.png` (the raw logits) into `out_dir`; returns
-  their paths."""
+  ECE: from `calibrators`, `fit_and_evaluate`'s, or refitted on val) and
+  `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
   import os
   from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
@@ -334,8 +374,9 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   panels = {"raw logits": (raw, test_y)}
   if fitted:
     best = min(fitted, key=lambda k: fitted[k]["test"]["ece"])
-    calibrator = posthoc.fit_calibrator(best, jnp.asarray(arrays["val_logits"], jnp.float32),
-                                        jnp.asarray(arrays["val_labels"], jnp.int32))
+    calibrator = (calibrators or {}).get(best) or posthoc.fit_calibrator(
+        best, jnp.asarray(arrays["val_logits"], jnp.float32),
+        jnp.asarray(arrays["val_labels"], jnp.int32))
     panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
   return {
       "reliability": plotting.reliability_diagrams(
@@ -345,14 +386,14 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   }
 
 
-def write_report(out_dir: str, arrays: Mapping[str, np.ndarray],
-                 results: dict[str, Any]) -> dict[str, str]:
+def write_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any],
+                 calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
   """Writes `metrics.json` and the plots of `plot_report` (`reliability.png`,
-  `smooth_reliability.png`) to `out_dir`; returns the files written."""
+  `smooth_reliability.png`; `calibrators` as there) to `out_dir`; returns the files written."""
   import json
   import os
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
-           **plot_report(out_dir, arrays, results)}
+           **plot_report(out_dir, arrays, results, calibrators=calibrators)}
   with open(files["metrics"], "w") as f:
     json.dump({**results, "files": files}, f, indent=2, sort_keys=True)
   return files

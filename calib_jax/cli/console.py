@@ -18,6 +18,9 @@ import os
 import sys
 import tempfile
 
+from absl import flags
+from absl import logging as absl_logging
+
 LOG_FILE = "log.txt"
 # absl's flags that ask for log lines on the console.
 _LOG_FLAGS = ("--verbosity", "-v", "--v", "-verbosity", "--alsologtostderr", "--logtostderr")
@@ -74,8 +77,6 @@ def setup(workdir: str, verbosity: int | None = None, datasets: bool = True) -> 
   Returns:
     The log file's path.
   """
-  from absl import flags
-  from absl import logging as absl_logging
   flag_values = flags.FLAGS
   if not flag_values.is_parsed():  # Not an absl app (the demo, a notebook): absl defaults.
     flag_values.mark_as_parsed()

@@ -27,7 +27,10 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from calib_jax.cli import compilation_cache, console, flags
+from calib_jax import sweep
+from calib_jax.cli import compilation_cache, console, flags, run_config
+from calib_jax.config import ConfigError
+from calib_jax.training import checkpoint, reporting
 
 _SPLIT = absl_flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
@@ -65,12 +68,9 @@ def main(argv: list[str]) -> None:
     return
   # Function-level imports: a predictions file (above) needs none of the data pipeline's
   # TensorFlow and tensorflow_datasets, which these pull in (~4 s).
-  from calib_jax.config import ConfigError
   from calib_jax.data.checks import DataError
   from calib_jax.evaluation import run as evaluation
   from calib_jax.experiment import WeightFileError
-  from calib_jax.training import checkpoint, reporting
-  from calib_jax.cli import run_config
   if _WEIGHTS.value:
     resolved = os.path.abspath(os.path.expanduser(_WEIGHTS.value))
     if not os.path.isfile(resolved):  # Before the workdir is made for the results.
@@ -136,7 +136,6 @@ def _evaluate_predictions(path: str, workdir: str) -> None:
 
 def _members(config) -> list[int | None]:
   """The members `--member` names: [None] for a single run; one index, or all of a sweep's."""
-  from calib_jax import sweep
   parsed = sweep.parse(config) if config.sweep else None
   text = _MEMBER.value
   if parsed is None:

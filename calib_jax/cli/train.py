@@ -19,17 +19,18 @@ import sys
 
 from absl import app, logging
 
-from calib_jax.cli import compilation_cache, console, flags
+from calib_jax.cli import compilation_cache, console, flags, run_config
+from calib_jax.config import ConfigError
+from calib_jax.training import checkpoint, reporting
 
 
 def main(argv: list[str]) -> None:
   """absl's main: builds and trains the `--config` run in `--workdir`."""
-  from calib_jax.config import ConfigError
+  # Deferred: these import TensorFlow, which `run` has imported first with its C++ log lines
+  # captured (`console.quiet_native_logs`).
   from calib_jax.data.checks import DataError
   from calib_jax.experiment import WeightFileError
-  from calib_jax.training import checkpoint, reporting
   from calib_jax.run import loop, preemption
-  from calib_jax.cli import run_config
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   workdir = flags.workdir()

@@ -34,6 +34,8 @@ Bad inputs raise `PredictionsError` (a `ValueError`), one line naming the array 
 from __future__ import annotations
 
 import functools
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -364,7 +366,6 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
   ECE: from `calibrators`, `fit_and_evaluate`'s, or refitted on val) and
   `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
-  import os
   from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
   test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
@@ -390,8 +391,6 @@ def write_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[s
                  calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
   """Writes `metrics.json` and the plots of `plot_report` (`reliability.png`,
   `smooth_reliability.png`; `calibrators` as there) to `out_dir`; returns the files written."""
-  import json
-  import os
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
            **plot_report(out_dir, arrays, results, calibrators=calibrators)}
   with open(files["metrics"], "w") as f:

@@ -24,6 +24,7 @@ import ml_collections
 from calib_jax import experiment as experiment_lib
 from calib_jax import sweep as sweep_lib
 from calib_jax.evaluation import maps, report, toolkit
+from calib_jax.experiment import weights as weights_lib
 from calib_jax.training import checkpoint as checkpoint_lib
 from calib_jax.training import reporting
 
@@ -95,7 +96,6 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     WeightFileError: a `weights` file that does not fit the config's model.
     ValueError: `member` is missing for a sweep, given for a single run, or out of range.
   """
-  from calib_jax.experiment import weights as weights_lib
   parsed = sweep_lib.parse(config)
   if parsed is not None and (member is None or weights):
     raise ValueError(f"{workdir} is a sweep of {parsed.size} members: evaluate one with "

@@ -31,6 +31,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 from absl import logging
+from jax.experimental import multihost_utils
 
 CHECKPOINT_SUBDIR = "checkpoints"
 UNREADABLE_SUBDIR = "unreadable_checkpoints"
@@ -299,7 +300,6 @@ class Checkpointer:
         os.rename(os.path.join(self.directory, str(step)), target)
       moved.append(target)
     if jax.process_count() > 1:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
       multihost_utils.sync_global_devices("calib_jax_set_aside_checkpoints")
     self._manager.reload()
     return moved

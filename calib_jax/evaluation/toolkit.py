@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from calib_jax.evaluation import predictions, validation
+from calib_jax.experiment import Experiment
 from calib_jax.evaluation.report import CalibrationReport
 
 RELIABILITY_FILE = "posthoc_reliability.png"
@@ -43,7 +44,7 @@ class PosthocReport:
   """The toolkit report of one split (see the module docstring). `run(variables)` needs the
   sibling `CalibrationReport` to have run on the same variables."""
 
-  def __init__(self, experiment: Any, split: str, calibration: CalibrationReport):
+  def __init__(self, experiment: Experiment, split: str, calibration: CalibrationReport):
     self.experiment, self.split, self.calibration = experiment, split, calibration
     self.settings = experiment.config.eval
     self._arrays: dict[str, np.ndarray] | None = None

@@ -16,7 +16,8 @@ import numpy as np
 
 from calib_jax import data
 from calib_jax.experiment import data as experiment_data
-from calib_jax.training import checkpoint, parallel
+from calib_jax.evaluation import validation
+from calib_jax.training import checkpoint, parallel, reporting
 from calib_jax.run import loop
 from calib_jax.sweep import summary
 from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
@@ -109,16 +110,24 @@ def test_a_sweep_over_two_processes_trains_like_one_and_resumes_after_a_kill(tmp
   """A seed sweep's two members on the 2-D mesh (member, data) over both processes' 8 devices:
   each member shard takes 2 devices of each process, so each process feeds its half of every
   batch of both seeds' streams, and the member-split state is saved and restored by both."""
-  sweep = {"sweep": "seed=0,1", "sweep_member_shards": 2}
+  sweep = {"sweep": "seed=0,1", "sweep_member_shards": 2, "eval_every_steps": 24}
   workdir, out = str(tmp_path / "run"), str(tmp_path)
   hosts = _train_kill_resume(workdir, out, sweep)
-  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-  assert [(r["step"], r["member"]) for r in records] == [
-      (step, member) for step in (8, 16, 24) for member in (0, 1)]
+  records = reporting.read_metrics(workdir)
+  assert [(r["step"], r["split"], r["member"]) for r in records] == [
+      (step, "train", member) for step in (8, 16, 24) for member in (0, 1)] + [
+      (24, "val", member) for member in (0, 1)]
   monkeypatch.setattr(experiment_data.DataRecipe, "train_stream", _host_sharded_stream)
   reference_dir = str(tmp_path / "one_process")
   reference = loop.train_and_evaluate(tiny_config(**sweep), reference_dir)
   _assert_params_match(hosts[0], reference.params)
+  # Each member's validation, streamed over both processes' shards of the split, is the one
+  # process's.
+  val = [[r for r in reporting.read_metrics(d) if r["split"] == "val"]
+         for d in (workdir, reference_dir)]
+  for got, want in zip(*val, strict=True):
+    for name in validation.VALIDATION_KEYS:
+      np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
   # sweep.json, written by process 0 from the members' logits gathered over both processes,
   # holds the one process's results: the same logits give the same scores; the fitted
   # temperature agrees to the optimiser's tolerance, and the binned ECE after it is left out (a

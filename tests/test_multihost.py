@@ -35,7 +35,10 @@ def _free_port():
 def _start(workdir, out, env_extra=None, overrides=None):
   port = _free_port()
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=os.path.join(out, "jax_cache"),
+  # One compilation cache for the session's multi-host tests (beside their temporary folders):
+  # the single run and the sweep share the predict and initialisation programs.
+  cache = os.path.join(os.path.dirname(out), "multihost_jax_cache")
+  env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=cache,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **(env_extra or {}))
   return [subprocess.Popen([sys.executable, WORKER, str(i), "2", str(port), workdir, out,
                             json.dumps(overrides or {})],

@@ -22,9 +22,9 @@ m member shards and each batch over the `devices / m` data shards, so a device h
 members and computes them on a larger share of the batch (fewer, larger matrix products, and
 P/m of the parameters per device). Across processes each member shard takes an equal share of
 every process's devices (`parallel.make_mesh`): every process feeds its share of every batch of
-every stream, as for a single run, and holds a copy of every member, so the loop reads the
-members' steps and `sweep.json` is made from logits gathered from all processes
-(`validation.split_logits`).
+every stream, as for a single run, and its devices hold every member shard, so each process can
+read every member's step and variables; `sweep.json` is made from logits gathered from all
+processes (`validation.split_logits`).
 """
 import os
 from collections.abc import Iterator

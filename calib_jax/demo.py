@@ -22,10 +22,15 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from typing import Any
 
-from calib_jax.cli import console
+import numpy as np
+
+from calib_jax.cli import compilation_cache, console
+from calib_jax.config import files
+from calib_jax.training import reporting
 
 # The demo's recipe travels with the package (`configs/default.py` in a source checkout).
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
@@ -44,9 +49,9 @@ def run_variant(variant: str, workdir: str, config_path: str = DEFAULT_CONFIG,
   """Trains (or resumes) and evaluates one variant; returns `evaluate_run`'s results with the
   run directory and the final training accuracy added. `num_train_steps` replaces the
   recipe's length (a quick check that everything runs; the table then means little)."""
-  from calib_jax.config import files
+  # Deferred: these import TensorFlow, which `console.quiet_native_logs` imports first (its C++
+  # log lines captured) when the demo runs as a program.
   from calib_jax.evaluation import run as evaluation
-  from calib_jax.training import reporting
   from calib_jax.run import loop
   config = files.load_config_file(f"{config_path}:{variant}")
   config.seed = seed
@@ -94,7 +99,6 @@ def comparison_table(summary: dict[str, dict[str, float]], num_samples: int) -> 
 
 def verdict(summary: dict[str, dict[str, float]]) -> list[str]:
   """Plain-language reading of the table (what a newcomer should notice), wrapped."""
-  import textwrap
   lines = []
   if "ce" in summary:
     ce = summary["ce"]
@@ -118,7 +122,6 @@ def verdict(summary: dict[str, dict[str, float]]) -> list[str]:
 
 def reliability_figure(runs: dict[str, dict[str, Any]], path: str) -> str:
   """Side-by-side reliability diagrams (before temperature scaling) of the variants."""
-  import numpy as np
   from calib_jax import plotting
   models = {}
   for name, results in runs.items():
@@ -144,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
                       help="also show the library logs of <workdir>/log.txt on stderr at this "
                       "absl verbosity (0: INFO, 1: DEBUG)")
   args = parser.parse_args(argv)
-  from calib_jax.config import files
   args.config = files.resolve_config_path(args.config)
   if not os.path.isfile(args.config):
     print(f"demo: config file {args.config} not found (packaged recipes: "
@@ -181,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
   """The program (`python -m calib_jax.demo`, `make demo`, the `calib-jax-demo` command)."""
   console.quiet_native_logs(sys.argv)
+  compilation_cache.enable()
   sys.exit(main())
 
 

@@ -1,19 +1,31 @@
-"""Cross-check calib_jax.conformal against MAPIE's split-conformal classifier (a bench extra).
+"""Cross-check calib_jax.conformal against MAPIE's split-conformal classifier (a bench extra),
+and SAPS and class-conditional (Mondrian) sets against TorchCP's.
 
 Run in a venv with MAPIE (not a test dependency; with torch-uncertainty installed its THR and APS
-are compared too):
+are compared too; with TorchCP installed its SAPS and ClassConditionalPredictor):
 
     python3 -m venv /work/venvs/conformal
     /work/venvs/conformal/bin/pip install jax mapie
+    /work/venvs/conformal/bin/pip install torch==2.13.0 && pip install --no-deps torchcp==1.2.1
     /work/venvs/conformal/bin/pip install --no-deps -e .
     /work/venvs/conformal/bin/python crosscheck/conformal.py
 
+(TorchCP's package imports its graph, LLM and torchsort-based parts on import; `_torchcp` loads
+only the classification scores and predictors it needs, so `--no-deps` suffices.)
+
 Both libraries get the same probabilities (MAPIE through a prefit classifier whose
 `predict_proba` returns them). Printed per method and α: the thresholds q̂, how many test sets
-differ, coverage and mean set size. Synthetic data: logits `2·N(0, 1)` with labels drawn from
+differ, coverage, mean set size and the worst class's coverage (the
+Mondrian rows print the mean of their per-class q̂_k, and `Δq̂`, the largest difference of a
+class's threshold from calib_jax's). Synthetic data: logits `2·N(0, 1)` with labels drawn from
 their softmax (exchangeable, so every method should cover about 1 − α). The differences and
 their causes are in docs/conformal.md ("Cross-check against MAPIE").
 """
+import importlib.util
+import os
+import sys
+import types
+
 from absl import app, flags
 import jax
 import mapie
@@ -94,24 +106,86 @@ def _torch_uncertainty(probs, labels, test, alpha):
   return out
 
 
+def _torchcp():
+  """TorchCP's classification scores and predictors, or None. Its `__init__` imports the graph
+  (torch_geometric), LLM (transformers) and torchsort-based training parts, which the scores do
+  not use: the packages on the way are registered empty, so only the modules named load."""
+  spec = importlib.util.find_spec("torchcp")
+  if spec is None:
+    print("TorchCP unavailable")
+    return None
+  root = os.path.dirname(spec.origin)
+  for name in ("torchcp", "torchcp.classification", "torchcp.classification.score",
+               "torchcp.classification.predictor"):
+    package = types.ModuleType(name)
+    package.__path__ = [os.path.join(root, *name.split(".")[1:])]
+    sys.modules.setdefault(name, package)
+  # pylint: disable=import-outside-toplevel
+  from torchcp.classification.predictor.class_conditional import ClassConditionalPredictor
+  from torchcp.classification.predictor.split import SplitPredictor
+  from torchcp.classification.score.aps import APS
+  from torchcp.classification.score.lac import LAC
+  from torchcp.classification.score.saps import SAPS
+  with open(os.path.join(root, "VERSION"), encoding="utf-8") as f:
+    version = f.read().strip()
+  return types.SimpleNamespace(version=version, split=SplitPredictor,
+                               class_conditional=ClassConditionalPredictor,
+                               scores={"thr": LAC, "aps": APS, "saps": SAPS})
+
+
+def _torchcp_sets(tcp, name, conditional, probs, labels, test, alpha, randomized, seed=0):
+  """TorchCP's q̂ (scalar or [C]) and sets on the same float32 probabilities (`score_type=
+  "identity"`); its non-randomised APS and SAPS (U = 0) are our u = 1."""
+  import torch  # pylint: disable=import-outside-toplevel
+  torch.manual_seed(seed)
+  if name == "thr":
+    score = tcp.scores["thr"](score_type="identity")
+  else:
+    score = tcp.scores[name](score_type="identity", randomized=randomized)
+  predictor = (tcp.class_conditional if conditional else tcp.split)(score, alpha=alpha)
+  predictor.calculate_threshold(torch.tensor(probs), torch.tensor(labels, dtype=torch.int64),
+                                alpha)
+  sets = predictor.predict_with_logits(torch.tensor(test)).numpy() > 0
+  return np.asarray(predictor.q_hat.numpy() if hasattr(predictor.q_hat, "numpy")
+                    else predictor.q_hat, np.float64), sets
+
+
+def _numpy_class_quantiles(scores, labels, num_classes, alpha):
+  """The Mondrian thresholds from their definition: class k's ⌈(n_k + 1)(1 − α)⌉-th smallest
+  score (float64 on the host)."""
+  out = np.full(num_classes, np.inf)
+  for k in range(num_classes):
+    s = np.sort(scores[labels == k])
+    rank = int(np.ceil((len(s) + 1) * (1 - alpha)))
+    if rank <= len(s):
+      out[k] = s[rank - 1]
+  return out
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   n_cal, n_test, overconfident = _N_CAL.value, _N_TEST.value, _OVERCONFIDENT.value
-  print(f"MAPIE {mapie.__version__}, jax {jax.__version__}; n_cal={n_cal}, "
-        f"n_test={n_test}, {'overconfident' if overconfident else 'calibrated'} model")
+  tcp = _torchcp()
+  print(f"MAPIE {mapie.__version__}, TorchCP {tcp.version if tcp else '-'}, jax "
+        f"{jax.__version__}; n_cal={n_cal}, n_test={n_test}, "
+        f"{'overconfident' if overconfident else 'calibrated'} model")
   header = (f"{'C':>4} {'alpha':>5}  {'method':<40} {'q̂':>9} {'differ':>7} {'coverage':>9} "
-            f"{'size':>6}")
+            f"{'size':>6} {'worst':>6} {'Δq̂':>8}")
   print(header)
   for c in (int(x) for x in _CLASSES.value):
     probs, labels = _data(c, n_cal + n_test, c, overconfident)
     cal, test = slice(0, n_cal), slice(n_cal, None)
     for alpha in (0.1, 0.05):
-      def row(label, qhat, sets, ref=None):
+      def row(label, qhat, sets, ref=None, ref_qhat=None):
         differ = "" if ref is None else str(int((sets != ref).any(-1).sum()))
         cov = float(conformal.coverage(sets, labels[test]))
         size = float(conformal.mean_set_size(sets))
-        print(f"{c:>4} {alpha:>5}  {label:<40} {qhat:>9.6f} {differ:>7} {cov:>9.4f} {size:>6.3f}")
+        worst = float(conformal.class_conditional_coverage(sets, labels[test]).worst)
+        qhat = np.asarray(qhat, np.float64)
+        dq = "" if ref_qhat is None else f"{np.max(np.abs(qhat - ref_qhat)):>8.1e}"
+        print(f"{c:>4} {alpha:>5}  {label:<40} {float(np.mean(qhat)):>9.6f} {differ:>7} "
+              f"{cov:>9.4f} {size:>6.3f} {worst:>6.3f} {dq:>8}")
 
       ours = conformal.fit("thr", probs[cal], labels[cal], alpha, from_logits=False)
       ours_sets = np.asarray(ours(probs[test]))
@@ -140,7 +214,36 @@ def main(argv: list[str]) -> None:
                           randomized=randomized, key=jax.random.key(0))
         row(f"calib_jax raps randomized={randomized}", float(p.qhat),
             np.asarray(p(probs[test], key=jax.random.key(1))))
+      _saps_and_mondrian_rows(row, tcp, probs[cal], labels[cal], probs[test], alpha)
     print()
+
+
+def _saps_and_mondrian_rows(row, tcp, probs, labels, test, alpha):
+  """SAPS (marginal) and THR, APS, SAPS with conditional="class" against TorchCP (deterministic
+  scores: q̂ and sets must agree; randomised: coverage and size within Monte Carlo error, TorchCP
+  drawing one u per class at prediction where we draw one per sample) and the Mondrian thresholds
+  against their numpy definition."""
+  num_classes = probs.shape[1]
+  for name, conditional in (("saps", None), ("thr", "class"), ("aps", "class"),
+                            ("saps", "class")):
+    for randomized in ((False,) if name == "thr" else (False, True)):
+      kw = {} if name == "thr" else {"randomized": randomized}
+      p = conformal.fit(name, probs, labels, alpha, conditional=conditional, from_logits=False,
+                        key=jax.random.key(0), **kw)
+      ours = np.asarray(p(test, key=jax.random.key(1)))
+      suffix = ("" if name == "thr" else f" randomized={randomized}") + (
+          " class" if conditional else "")
+      row(f"calib_jax {name}{suffix}", p.qhat, ours)
+      if conditional and not randomized:
+        cal_scores = np.asarray(p.scores(probs), np.float64)[np.arange(len(labels)), labels]
+        reference = _numpy_class_quantiles(cal_scores, labels, num_classes, alpha)
+        row(f"numpy {name}{suffix}", reference, np.asarray(p.scores(test)) <= reference[None],
+            ours, np.asarray(p.qhat))
+      if tcp is not None:
+        qhat, sets = _torchcp_sets(tcp, name, conditional, probs, labels, test, alpha,
+                                   randomized)
+        row(f"torchcp {name}{suffix}", qhat, sets, None if randomized else ours,
+            None if randomized else np.asarray(p.qhat))
 
 
 if __name__ == "__main__":

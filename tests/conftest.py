@@ -23,6 +23,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The programs' persistent JAX compilation cache (calib_jax/cli/compilation_cache.py) stays off:
+# tests never write to the user's cache directory (a test that wants one names a tmp dir).
+os.environ["CALIB_JAX_COMPILATION_CACHE"] = "off"
 
 import jax  # noqa: E402
 

@@ -60,3 +60,43 @@ def test_free_form_sub_dicts_stay_open_and_the_rest_is_locked():
     config.eval.num_binz = 3
   assert config_lib.unknown_field_message(config, "eval.num_bins") is None
   assert "fields of eval" in config_lib.unknown_field_message(config, "eval.zzz")
+
+
+@pytest.mark.parametrize("spec", ["configs/default.py:mbls", "configs/cifar10_resnet50.py:mbls",
+                                  "configs/newsgroups20_gpool_cnn.py:mbls",
+                                  "configs/imagenet_vit_s16_sam.py",
+                                  "configs/cityscapes_deeplabv3plus_resnet101.py"])
+def test_a_saved_config_reads_back_as_the_same_config(spec, tmp_path):
+  """What train.py writes as config.json (`reporting.save_config`: `to_json_best_effort`) reads
+  back as a config that writes the same JSON and differs in no field (tuples stay tuples)."""
+  config = config_lib.load_config_file(spec)
+  path = tmp_path / "config.json"
+  path.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+  read = config_lib.saved.read_saved_config(str(path))
+  assert read.to_json_best_effort(indent=2, sort_keys=True) + "\n" == path.read_text()
+  assert config_lib.saved.differences(read, config) == []
+  assert read.eval.calibrators == tuple(config.eval.calibrators)
+
+
+def test_differences_name_each_field_with_both_values():
+  run = config_lib.load_config_file("configs/default.py:ce")
+  other = config_lib.load_config_file("configs/default.py:mbls")
+  other.optimizer.learning_rate = run.optimizer.learning_rate * 2
+  assert config_lib.saved.differences(run, other, ("model", "model_kwargs")) == []
+  changed = dict((name, (a, b)) for name, a, b in config_lib.saved.differences(run, other))
+  assert changed["loss"] == ("ce", "mbls")
+  assert changed["optimizer.learning_rate"] == (run.optimizer.learning_rate,
+                                                other.optimizer.learning_rate)
+  assert changed["loss_kwargs.margin"] == (None, other.loss_kwargs.margin)  # a free-form key
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("{not json", r"is not a config saved by train.py \("),
+    ('{"no_such_field": 1}', r"does not fit this version's config fields \(.*no_such_field"),
+])
+def test_a_damaged_saved_config_is_one_line(text, expected, tmp_path):
+  path = tmp_path / "config.json"
+  path.write_text(text)
+  with pytest.raises(config_lib.ConfigError, match=expected) as info:
+    config_lib.saved.read_saved_config(str(path))
+  assert "\n" not in str(info.value)

@@ -338,8 +338,8 @@ def _raises(match, fn, *args, **kw):
 def test_bad_input_gives_one_line_errors():
   logits, labels = LOGITS[:50], LABELS[:50]
   fit = conformal.fit
-  _raises(r"unknown conformal method 'lac2'.*\['thr', 'aps', 'raps'\]", fit, "lac2", logits,
-          labels)
+  _raises(r"unknown conformal method 'lac2'.*\['thr', 'aps', 'raps', 'saps'\]", fit, "lac2",
+          logits, labels)
   for alpha in (0.0, 1.0, 1.5, -0.1, "0.1", True):
     _raises(r"alpha must be a Python float in \(0, 1\)", fit, "thr", logits, labels, alpha)
   _raises(r"unknown argument\(s\) \['lam'\] for 'aps'; valid", fit, "aps", logits, labels,
@@ -361,7 +361,7 @@ def test_bad_input_gives_one_line_errors():
   _raises(r"mask shape", fit, "thr", logits, labels, mask=np.ones(3, bool))
   _raises(r"empty input: val_logits has shape \(0, 10\)", fit, "thr", logits[:0], labels[:0])
   _raises(r"val_logits must have shape \[..., C\]", fit, "thr", labels, labels)
-  assert conformal.names() == ["thr", "aps", "raps"]
+  assert conformal.names() == ["thr", "aps", "raps", "saps"]
 
   p = fit("aps", logits, labels, 0.1, randomized=True, key=jax.random.key(0))
   _raises(r"key must be one PRNG key", p, logits, key=jax.random.split(jax.random.key(0), 2))

@@ -2,6 +2,7 @@
 one-line errors, and `eval.py --predictions` as a user runs it."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -95,18 +96,36 @@ def test_bad_predictions_are_one_line_each(arrays, change, message):
                                         predictions.REQUIRED + predictions.OPTIONAL})
 
 
-def _eval(*args):
+def _eval(*args, env=None):
   return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args],
-                        capture_output=True, text=True, timeout=600)
+                        capture_output=True, text=True, timeout=600, env=env)
+
+
+# eval.py's program, which also writes to $IMPORTED at exit whether TensorFlow was imported.
+_EVAL_NOTING_IMPORTS = (
+    "import atexit, os, sys; atexit.register(lambda: open(os.environ['IMPORTED'], 'w').write("
+    "str(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))));"
+    f"sys.path.insert(0, {ROOT!r}); from calib_jax.cli import evaluate; evaluate.run()")
 
 
 def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   small = {k: v[:300] for k, v in arrays.items()}
   np.savez(tmp_path / "preds.npz", **small)
-  done = _eval(f"--predictions={tmp_path / 'preds.npz'}", f"--workdir={tmp_path / 'out'}",
-               "--bootstrap_samples=40")
+  env = {**os.environ, "IMPORTED": str(tmp_path / "imported.txt"),
+         "CALIB_JAX_COMPILATION_CACHE": str(tmp_path / "cache")}
+  done = subprocess.run(
+      [sys.executable, "-c", _EVAL_NOTING_IMPORTS, f"--predictions={tmp_path / 'preds.npz'}",
+       f"--workdir={tmp_path / 'out'}", "--bootstrap_samples=40"],
+      capture_output=True, text=True, timeout=600, env=env)
   assert done.returncode == 0, done.stderr[-2000:]
   assert "temperature" in done.stdout and "OOD vs test" in done.stdout
+  # The console carries the report alone: jax's backend probing is logged to the workdir.
+  assert done.stderr == "", done.stderr[-2000:]
+  assert (tmp_path / "out" / "log.txt").exists()
+  # A file of logits needs no data pipeline: TensorFlow is never imported.
+  assert (tmp_path / "imported.txt").read_text() == "[]"
+  # The compiled programs went to the cache directory named by the environment.
+  assert len(list((tmp_path / "cache").iterdir())) > 10
   out = tmp_path / "out" / predictions.PREDICTIONS_DIR
   written = json.loads((out / "metrics.json").read_text())
   assert written["bootstrap_samples"] == 40
@@ -138,10 +157,41 @@ def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):
           "val_labels": arrays["val_labels"][:15]}
   results = predictions.evaluate_predictions(**tiny, calibrators=(), alphas=(0.1, 0.05),
                                              bootstrap_samples=0)
-  assert set(results["calibrators"]["raw"]["conformal"]) == {"thr@0.1", "aps@0.1"}
+  assert set(results["calibrators"]["raw"]["conformal"]) == {"thr@0.1", "aps@0.1", "saps@0.1"}
   assert "need >= 19" in results["skipped"]["conformal@0.05"]
+  assert "calibration samples, too few for conditional='class' at alpha=0.1" in results[
+      "skipped"]["conformal-class@0.1"]
   with pytest.raises(posthoc.TooFewSamplesError, match="would overfit"):
     posthoc.fit_calibrator("vector", small["val_logits"], small["val_labels"])
+
+
+def test_class_conditional_sets_are_mondrian_fits_and_skipped_per_alpha(arrays):
+  """The `-class` sets are `conformal.fit(..., conditional="class")` on the validation
+  probabilities, with the worst class's coverage; where a class has too few samples for an α
+  (class 2: 12, and α = 0.05 needs 19) only that α's class-conditional sets are left out."""
+  val_y = arrays["val_labels"]
+  keep = np.concatenate([np.flatnonzero(val_y == k)[:12 if k == 2 else 25] for k in range(5)])
+  val_x, val_y = arrays["val_logits"][keep], val_y[keep]
+  results = predictions.evaluate_predictions(val_x, val_y, arrays["test_logits"],
+                                             arrays["test_labels"], calibrators=(),
+                                             alphas=(0.1, 0.05), bootstrap_samples=0)
+  got = results["calibrators"]["raw"]["conformal"]
+  assert list(got) == ["thr@0.1", "thr@0.05", "thr-class@0.1", "aps@0.1", "aps@0.05",
+                       "aps-class@0.1", "saps@0.1", "saps@0.05", "saps-class@0.1"]
+  assert results["skipped"]["conformal-class@0.05"].startswith(
+      "class 2 has 12 calibration samples, too few for conditional='class' at alpha=0.05")
+  test_p, test_y = jax.nn.softmax(arrays["test_logits"], -1), arrays["test_labels"]
+  for key, kw in (("thr-class@0.1", {"conditional": "class"}), ("saps@0.05", {})):
+    name, alpha = key.split("-")[0].split("@")[0], float(key.rsplit("@", 1)[1])
+    sets = conformal.fit(name, jax.nn.softmax(val_x, -1), val_y, alpha, from_logits=False,
+                         **kw)(test_p)
+    assert got[key]["coverage"] == pytest.approx(float(conformal.coverage(sets, test_y)))
+    assert got[key]["mean_set_size"] == pytest.approx(float(conformal.mean_set_size(sets)))
+    assert got[key]["worst_class_coverage"] == pytest.approx(
+        float(conformal.class_conditional_coverage(sets, test_y).worst))
+  table = predictions.format_table(results)
+  assert re.search(r"raw +thr-class +0\.\d{3} +\d\.\d\d +0\.\d\d +-\n", table)
+  assert "worst class's coverage" in table
 
 
 # Member-stacked logits [M, N, C]: an ensemble.

@@ -9,7 +9,8 @@ import pytest
 from calib_jax import experiment, losses
 from calib_jax.config import ConfigError
 from calib_jax.losses import schedule
-from calib_jax.training import optim, parallel, state as state_lib, step as step_lib
+from calib_jax.training import optim, parallel, programs, state as state_lib
+from calib_jax.training import step as step_lib
 
 from test_train_loop import tiny_config
 from test_train_step import Linear
@@ -40,8 +41,9 @@ def test_the_train_step_feeds_each_step_its_epochs_alpha():
   state = parallel.replicate(state_lib.create(variables, tx, jax.random.key(1)), mesh)
   loss_at_step = schedule.scheduled(losses.traced("maxsup"), "alpha", start=0.1, end=0.3,
                                     steps_per_epoch=2, num_epochs=3)
-  train_step = step_lib.jit_train_step(step_lib.make_train_step(
-      model, losses.get("ce"), tx, sched, loss_at_step=loss_at_step), mesh)
+  train_step = programs.train_program(programs.of_train_step(step_lib.make_train_step(
+      model, losses.get("ce"), tx, sched, loss_at_step=loss_at_step)),
+      programs.single_run_layout(mesh), per_step=True, resident=False)
   logits = model.apply(variables, batch["image"])
   reported = []
   for _ in range(6):

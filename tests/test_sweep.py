@@ -322,6 +322,16 @@ def test_member_shards_are_checked(overrides, message):
     experiment.build(config)
 
 
+def test_member_shards_must_divide_each_process_devices():
+  """Across processes each member shard takes an equal share of every process's devices
+  (`parallel.make_mesh`): 8 shards of 8 devices on one process, but not over 2 processes of 4."""
+  config = _sweep_config(sweep_member_shards=8, sweep="seed=0,1,2,3,4,5,6,7")
+  assert sweep.spec.check(config, 8) == ([], 8)
+  assert sweep.spec.check(config, 8, num_processes=2) == (
+      ["sweep_member_shards=8 does not divide each of the 2 processes' 4 devices"], 1)
+  assert sweep.spec.check(_sweep_config(sweep_member_shards=2), 8, num_processes=2) == ([], 2)
+
+
 def test_a_sweep_with_the_training_set_on_the_devices_trains_like_the_tf_data_sweep(
     trained_sweep, tmp_path):
   """`data.on_device`: each of the 2 seed streams' positions `[2, batch]` gather its batches

@@ -46,6 +46,10 @@ def parse(monkeypatch):
     argv = ["prog", *args]
     monkeypatch.setattr(sys, "argv", argv)
     forget_overrides()
+    if not any(str(a).startswith("--config=") for a in args):
+      # A process loads the default config (and its override flags) when `define` runs.
+      flags.FLAGS["config"].parse(config_lib.resolve_config_path(cli_flags.DEFAULT_CONFIG))
+      flags.FLAGS["config"].present = 0
     flags.FLAGS(argv)
 
   yield parse_args
@@ -230,3 +234,33 @@ def test_a_sweep_through_the_commands_then_eval_of_one_member_and_of_all(tmp_pat
   with pytest.raises(SystemExit, match=r"^eval.py: --ensemble evaluates a sweep's members "
                      r"together; the config of .* has no sweep \(config.sweep is empty\)$"):
     eval_program.main(["eval.py"])
+
+  # Without --config, the run's own config.json: its loss, model and sweep (--config.* still
+  # override it).
+  parse(f"--workdir={workdir}", "--member=1", "--split=val", *report_only)
+  eval_program.main(["eval.py"])
+  header = capsys.readouterr().out.splitlines()[0]
+  assert header.startswith("member 1 (loss_kwargs.margin=10.0) — digits / small_cnn / mbls")
+
+  # A config of another model or population: one line with the fields, both values and the
+  # run's config.json; the run is left as it is.
+  saved = os.path.join(workdir, "config.json")
+  before = open(saved).read()
+  for program, extra in ((eval_program, ["--member=1"]), (train_program, [])):
+    parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10,15", *extra)
+    with pytest.raises(SystemExit) as info:
+      program.main(["prog"])
+    line = str(info.value)
+    assert "\n" not in line and "unreadable" not in line
+    assert (f"{workdir} was trained with another config: sweep='loss_kwargs.margin=5,10,15' "
+            f"here, 'loss_kwargs.margin=5,10' in the run; leave out --config to ") in line
+    assert line.endswith(f"with the run's own config, {saved}"
+                         + ("" if program is eval_program else
+                            ", or train this config in another --workdir")
+                         + ". Nothing was changed.")
+  parse(f"--workdir={workdir}", "--config.model_kwargs.widths=(4, 16)")
+  with pytest.raises(SystemExit, match=r"model_kwargs.widths=\(4, 16\) here, \(4, 8\) in the "
+                     r"run; the run's own config is .*config.json: leave out the --config.\* "
+                     r"overrides that change it"):
+    train_program.main(["train.py"])
+  assert open(saved).read() == before

@@ -18,6 +18,9 @@ import os
 import sys
 import tempfile
 
+from absl import flags
+from absl import logging as absl_logging
+
 LOG_FILE = "log.txt"
 # absl's flags that ask for log lines on the console.
 _LOG_FLAGS = ("--verbosity", "-v", "--v", "-verbosity", "--alsologtostderr", "--logtostderr")
@@ -32,13 +35,16 @@ _import_log = ""  # What TensorFlow's import printed on stderr; `setup` writes i
 _log_stream = None  # The log file `setup` opened last.
 
 
-def quiet_native_logs(argv: list[str]) -> None:
+def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
   """Silences TensorFlow's and XLA's C++ INFO/WARNING lines: TF_CPP_MIN_LOG_LEVEL, then imports
-  TensorFlow with stderr captured (a failing import shows the captured text and raises)."""
+  TensorFlow with stderr captured (a failing import shows the captured text and raises).
+  `import_tensorflow=False` (a program that reads no dataset) sets the variable only."""
   global _import_log
   if asks_for_logs(argv) or "tensorflow" in sys.modules:
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  if not import_tensorflow:
+    return
   sys.stderr.flush()
   with tempfile.TemporaryFile() as buffer:
     saved = os.dup(2)
@@ -58,19 +64,19 @@ def quiet_native_logs(argv: list[str]) -> None:
         sys.stderr.write(_import_log)
 
 
-def setup(workdir: str, verbosity: int | None = None) -> str:
+def setup(workdir: str, verbosity: int | None = None, datasets: bool = True) -> str:
   """Sends Python/absl logging to `<workdir>/log.txt` (appending) and returns that path.
 
   Args:
     workdir: the run's work directory (created if missing).
     verbosity: absl verbosity (0 INFO, 1 DEBUG, -1 WARNING) to mirror on stderr as well; None
       for a quiet console, or (after absl flag parsing) what `--verbosity`/`-v` says if given.
+    datasets: whether the program reads datasets (tfds' progress bars are then turned off);
+      False leaves tensorflow_datasets unimported (`eval.py --predictions`).
 
   Returns:
     The log file's path.
   """
-  from absl import flags
-  from absl import logging as absl_logging
   flag_values = flags.FLAGS
   if not flag_values.is_parsed():  # Not an absl app (the demo, a notebook): absl defaults.
     flag_values.mark_as_parsed()
@@ -91,7 +97,7 @@ def setup(workdir: str, verbosity: int | None = None) -> str:
   if verbosity is not None:
     flag_values.alsologtostderr = True
   logging.captureWarnings(True)  # warnings.warn (jax, tf, numpy) -> the log, not stderr.
-  if verbosity is None and not flag_values.logtostderr:
+  if datasets and verbosity is None and not flag_values.logtostderr:
     import tensorflow_datasets as tfds  # The pipeline imports it anyway.
     tfds.disable_progress_bar()  # 'Generating splits...' bars of a first preparation.
   return path

@@ -18,6 +18,9 @@ With `--weights=FILE` (our variables file, or a torchvision / torch-uncertainty 
 those weights are evaluated instead of a checkpoint: no training run is needed, the workdir
 only receives the results.
 
+Without `--config`, the run's own `<workdir>/config.json` (saved by train.py) is used, so the
+report names the loss, model and sweep the run was trained with; a `--config` whose model does
+not fit the checkpoint is refused in one line naming the differing fields.
 The console shows the results table; library logs go to `<workdir>/log.txt` (`--verbosity=0`
 or `--alsologtostderr` shows them on stderr as well).
 """
@@ -27,7 +30,10 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from calib_jax.cli import console, flags
+from calib_jax import sweep
+from calib_jax.cli import compilation_cache, console, flags, run_config
+from calib_jax.config import ConfigError
+from calib_jax.training import checkpoint, reporting
 
 _SPLIT = absl_flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
@@ -66,11 +72,6 @@ _WEIGHTS = absl_flags.DEFINE_string(
 def main(argv: list[str]) -> None:
   """absl's main: restores the checkpoint (or reads --weights), writes metrics and plots,
   prints a summary."""
-  from calib_jax.config import ConfigError
-  from calib_jax.data.checks import DataError
-  from calib_jax.evaluation import run as evaluation
-  from calib_jax.experiment import WeightFileError
-  from calib_jax.training import checkpoint, reporting
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _WEIGHTS.value and _STEP.value is not None:
@@ -85,6 +86,11 @@ def main(argv: list[str]) -> None:
   if _PREDICTIONS.value:
     _evaluate_predictions(_PREDICTIONS.value, workdir)
     return
+  # Function-level imports: a predictions file (above) needs none of the data pipeline's
+  # TensorFlow and tensorflow_datasets, which these pull in (~4 s).
+  from calib_jax.data.checks import DataError
+  from calib_jax.evaluation import run as evaluation
+  from calib_jax.experiment import WeightFileError
   if _WEIGHTS.value:
     resolved = os.path.abspath(os.path.expanduser(_WEIGHTS.value))
     if not os.path.isfile(resolved):  # Before the workdir is made for the results.
@@ -97,7 +103,10 @@ def main(argv: list[str]) -> None:
     console.setup(workdir)
   except OSError as e:  # Before anything is built: the work directory cannot be written.
     sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
-  config = flags.config()
+  try:
+    config, _ = run_config.config_for(workdir)  # the run's own config.json without --config
+  except ConfigError as e:
+    sys.exit(f"eval.py: {e}")
   if _OOD.value is not None:
     config.eval.ood = _OOD.value
   if _BOOTSTRAP.value is not None:
@@ -114,6 +123,11 @@ def main(argv: list[str]) -> None:
       evaluated.append(results)
     if len(evaluated) > 1:  # a sweep's members side by side
       print(evaluation.format_members(evaluated))
+  except checkpoint.CheckpointMismatchError as e:
+    logging.error("%s", e)
+    line = run_config.mismatch_line(workdir, run_config.saved_config(workdir), config, e,
+                                    evaluating=True)
+    sys.exit(f"eval.py: {line}")
   except (ConfigError, WeightFileError, checkpoint.UnreadableCheckpointError, DataError,
           FileNotFoundError, reporting.WorkdirError, ValueError) as e:
     logging.error("%s", e)
@@ -123,8 +137,7 @@ def main(argv: list[str]) -> None:
 def _evaluate_ensemble(config, workdir: str) -> None:
   """`--ensemble [--members=...] [--ensemble_greedy=K]`: a sweep's members as one ensemble
   (errors are `main`'s one line)."""
-  from calib_jax import sweep
-  from calib_jax.evaluation import ensembles
+  from calib_jax.evaluation import ensembles  # Deferred with evaluation.run: TensorFlow.
   from calib_jax.evaluation import run as evaluation
   parsed = sweep.parse(config) if config.sweep else None
   members = None if parsed is None else ensembles.parse_members(_MEMBERS.value, parsed.size)
@@ -140,22 +153,25 @@ def _evaluate_predictions(path: str, workdir: str) -> None:
   if _WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None or _OOD.value:
     sys.exit("eval.py: --predictions evaluates a file's logits (its ood_logits array is the "
              "OOD set); it cannot go with --weights, --member, --step or --ood")
+  try:  # Library logs (jax's backend probing) go to the log file, as for a run.
+    console.setup(workdir, datasets=False)
+  except OSError as e:
+    sys.exit(f"eval.py: work directory {workdir} is not writable ({e.strerror or e})")
   try:
     arrays = predictions.load_npz(os.path.abspath(os.path.expanduser(path)))
     options = {} if _BOOTSTRAP.value is None else {"bootstrap_samples": _BOOTSTRAP.value}
-    results = predictions.evaluate_predictions(**{
+    results, fitted = predictions.fit_and_evaluate(**{
         k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL}, **options)
   except predictions.PredictionsError as e:
     sys.exit(f"eval.py: {e}")
   files = predictions.write_report(os.path.join(workdir, predictions.PREDICTIONS_DIR), arrays,
-                                   results)
+                                   results, fitted)
   print(predictions.format_table(results))
   print(f"\nwritten: {', '.join(files.values())}")
 
 
 def _members(config) -> list[int | None]:
   """The members `--member` names: [None] for a single run; one index, or all of a sweep's."""
-  from calib_jax import sweep
   parsed = sweep.parse(config) if config.sweep else None
   text = _MEMBER.value
   if parsed is None:
@@ -169,9 +185,16 @@ def _members(config) -> list[int | None]:
   return [int(text)]
 
 
+def _asks_for_predictions(argv: list[str]) -> bool:
+  """Whether a command line (program name first) has `--predictions=FILE`."""
+  return any(arg.split("=", 1)[0] == "--predictions" for arg in argv[1:])
+
+
 def run() -> None:
-  """The program: quiet native logs, flags, then `main` under absl."""
-  console.quiet_native_logs(sys.argv)
+  """The program: quiet native logs, the compilation cache, flags, then `main` under absl.
+  A predictions file never touches the data pipeline, so TensorFlow is not imported for it."""
+  console.quiet_native_logs(sys.argv, import_tensorflow=not _asks_for_predictions(sys.argv))
+  compilation_cache.enable()
   flags.define(sys.argv)
   app.run(main, flags_parser=flags.parse_flags)
 

@@ -5,7 +5,8 @@ Each program takes `--config=path.py[:variant]` (with `--config.field=value` ove
 import): absl's config flag loads its default file and applies the `--config.*` overrides of the
 command line right there, so a user mistake must already be one line then. A `--config=` path
 that does not exist but names a packaged recipe (`configs/default.py`) is read from the
-installed package (`calib_jax.config.resolve_config_path`).
+installed package (`calib_jax.config.resolve_config_path`). Without `--config=`, train.py and
+eval.py use the work directory's saved `config.json` where there is one (`cli.run_config`).
 """
 import os
 import sys
@@ -69,7 +70,9 @@ def define(argv: list[str]) -> None:
     _config = config_flags.DEFINE_config_file(
         "config", files.resolve_config_path(DEFAULT_CONFIG),
         "Config file (`file.py` or `file.py:variant`); override fields with "
-        "--config.field=value (e.g. --config.optimizer.learning_rate=0.01).",
+        "--config.field=value (e.g. --config.optimizer.learning_rate=0.01). Without it, "
+        "train.py and eval.py use the work directory's config.json (the run's own config) "
+        "if there is one, else configs/default.py.",
         lock_config=False, accept_new_attributes=True)
   except _USER_ERRORS as error:
     sys.exit(f"{os.path.basename(argv[0])}: {_config_error_line(argv, error)}")
@@ -80,6 +83,24 @@ def define(argv: list[str]) -> None:
 def config() -> ml_collections.ConfigDict:
   """The `--config` value (after `define` and flag parsing)."""
   return _config.value
+
+
+def config_given() -> bool:
+  """Whether the command line names a config file (`--config=`), after flag parsing."""
+  return bool(flags.FLAGS["config"].present)
+
+
+def config_overrides(argv: list[str]) -> dict[str, object]:
+  """The `--config.field=value` overrides of `argv` as {dotted field: value}, the values as the
+  config flag parsed them (after flag parsing)."""
+  dotted = [a[len("--config."):].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+  values = {}
+  for name in dict.fromkeys(dotted):
+    node = _config.value
+    for part in name.split("."):
+      node = node[part]
+    values[name] = node
+  return values
 
 
 def workdir() -> str:

@@ -4,7 +4,10 @@
         [--config.data.batch_size=256 ...]
 
 (`python train.py ...` in a source checkout, `python -m calib_jax.cli.train ...` anywhere.)
-Running the same command again after an interruption continues from the newest checkpoint.
+Running the same command again after an interruption continues from the newest checkpoint;
+without `--config`, a work directory's run continues with its own saved `config.json`
+(`--config.field=value` overrides apply to it), and a `--config` whose model or optimiser does not
+fit the run's checkpoint is refused in one line naming the differing fields.
 SIGTERM (a preemption notice) finishes the step in flight, saves it, prints one line and exits
 with status 75 (EX_TEMPFAIL); see `calib_jax/run/preemption.py`.
 The console shows the progress bar and the validation results; library logs go to
@@ -16,15 +19,17 @@ import sys
 
 from absl import app, logging
 
-from calib_jax.cli import console, flags
+from calib_jax.cli import compilation_cache, console, flags, run_config
+from calib_jax.config import ConfigError
+from calib_jax.training import checkpoint, reporting
 
 
 def main(argv: list[str]) -> None:
   """absl's main: builds and trains the `--config` run in `--workdir`."""
-  from calib_jax.config import ConfigError
+  # Deferred: these import TensorFlow, which `run` has imported first with its C++ log lines
+  # captured (`console.quiet_native_logs`).
   from calib_jax.data.checks import DataError
   from calib_jax.experiment import WeightFileError
-  from calib_jax.training import checkpoint, reporting
   from calib_jax.run import loop, preemption
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -34,7 +39,12 @@ def main(argv: list[str]) -> None:
   except OSError as e:  # Before anything is built: the work directory cannot be written.
     sys.exit(f"train.py: work directory {workdir} is not writable ({e.strerror or e})")
   try:
-    loop.train_and_evaluate(flags.config(), workdir)
+    saved = run_config.saved_config(workdir)  # read before training rewrites it
+    config, _ = run_config.config_for(workdir)
+    loop.train_and_evaluate(config, workdir)
+  except checkpoint.CheckpointMismatchError as e:
+    logging.error("%s", e)
+    sys.exit(f"train.py: {run_config.mismatch_line(workdir, saved, config, e, evaluating=False)}")
   except (ConfigError, WeightFileError, loop.NonFiniteLossError,
           checkpoint.UnreadableCheckpointError, DataError, FileNotFoundError,
           reporting.WorkdirError) as e:
@@ -48,6 +58,7 @@ def main(argv: list[str]) -> None:
 def run() -> None:
   """The program: quiet native logs, flags, then `main` under absl."""
   console.quiet_native_logs(sys.argv)
+  compilation_cache.enable()
   flags.define(sys.argv)
   app.run(main, flags_parser=flags.parse_flags)
 

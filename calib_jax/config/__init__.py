@@ -9,6 +9,7 @@ Modules: `schema` (the fields, their defaults and the one-line messages for wron
 files offer as `:arg`). Building a config into a model, loss, optimiser and data streams, and
 checking it, is `calib_jax.experiment.build`.
 """
+from calib_jax.config import saved
 from calib_jax.config import variants
 from calib_jax.config.files import load_config_file
 from calib_jax.config.files import load_config_module
@@ -20,6 +21,6 @@ from calib_jax.config.schema import raise_if_problems
 from calib_jax.config.schema import unattended_run
 from calib_jax.config.schema import unknown_field_message
 
-__all__ = ["variants", "load_config_file", "load_config_module", "resolve_config_path",
+__all__ = ["saved", "variants", "load_config_file", "load_config_module", "resolve_config_path",
            "base_config", "ConfigError", "FREE_FORM_FIELDS", "raise_if_problems",
            "unattended_run", "unknown_field_message"]

@@ -44,6 +44,99 @@ def raise_if_problems(problems: list[str]) -> None:
     raise ConfigError("Invalid config:\n  - " + "\n  - ".join(problems))
 
 
+def _data_fields() -> ml_collections.ConfigDict:
+  """The `data` sub-config: which dataset, its splits and options, the batch sizes."""
+  d = ml_collections.ConfigDict()
+  d.name = "clutter_objects"          # a name of the `calib_jax.data` registry
+  d.dir = config_dict.placeholder(str)  # tfds data_dir (default ~/tensorflow_datasets)
+  # Overrides of the dataset's splits: 'train' / 'val' / 'test' -> a tfds split string, e.g.
+  # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set;
+  # 'train' is the whole tfds split (an unset role gets the dataset's registered split).
+  d.splits = ml_collections.ConfigDict()
+  d.options = ml_collections.ConfigDict()        # `make_dataset` options, every split
+  d.train_options = ml_collections.ConfigDict()  # train split only (e.g. ALS objectness)
+  d.batch_size = 128                             # global, over all devices and hosts
+  d.eval_batch_size = 256
+  # Keep the processed training split on the devices and gather each batch there from indices
+  # (the host then sends k x batch indices per call instead of decoding and transferring
+  # images): for splits that fit in device memory and a training processing without
+  # randomness (no random crop or flip). The batches, hence the run, are those of the tf.data
+  # stream. See docs/training.md, "The training set on the devices".
+  d.on_device = False
+  return d
+
+
+def _optimizer_fields() -> ml_collections.ConfigDict:
+  """The `optimizer` sub-config."""
+  o = ml_collections.ConfigDict()
+  # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
+  o.name = "sgd"
+  o.learning_rate = 0.1
+  o.momentum = 0.9
+  o.nesterov = False
+  o.weight_decay = 5e-4
+  o.b1 = 0.9     # adam / adamw moments
+  o.b2 = 0.999
+  o.eps = 1e-8
+  o.grad_clip_norm = 0.0  # global gradient norm (0 = off)
+  o.sam_rho = 0.0         # SAM radius (0 = off)
+  o.lr_multipliers = ml_collections.ConfigDict()  # top-level param name -> factor
+  return o
+
+
+def _schedule_fields() -> ml_collections.ConfigDict:
+  """The `schedule` sub-config."""
+  s = ml_collections.ConfigDict()
+  # `optim.make_schedule`'s arguments; epoch-valued fields are converted with steps_per_epoch.
+  s.name = "multistep"
+  s.warmup_epochs = 0.0
+  s.boundaries_epochs = ()
+  s.decay_factor = 0.1
+  s.poly_power = 0.9
+  s.time_decay = 0.0  # Keras-style lr / (1 + d·step) on top of the schedule (0 = off)
+  return s
+
+
+def _eval_fields() -> ml_collections.ConfigDict:
+  """The `eval` sub-config: the settings of eval.py's evaluators."""
+  e = ml_collections.ConfigDict()
+  e.num_bins = 15
+  e.fit_split = "val"           # temperature and p-norm are fitted here
+  # Also pick T from this grid by held-out ECE (the LR paper's protocol; () = off).
+  e.temperature_grid = ()
+  e.pnorm_candidates = tuple(range(1, 10))
+  e.pnorm_center = True
+  e.risk_levels = (0.01, 0.05, 0.1)        # coverage_at_risk operating points
+  e.coverage_levels = (0.5, 0.8, 0.9)      # risk_at_coverage operating points
+  # Segmentation: random labelled pixels per image used to fit T and p on the fit split, and to
+  # score selective classification on the test split (LS-vs-SC samples 5000 per image).
+  e.fit_pixels_per_image = 1000
+  e.score_pixels_per_image = 5000
+  e.max_plot_samples = 20_000      # samples (pixels) drawn in the reliability diagram
+  e.context_eval = False         # also evaluate context-only (objects removed) images
+  e.max_examples = -1            # -1: the whole split
+  # Pictures (calib_jax.evaluation.maps; 0 = off): Grad-CAM / Grad-CAM++ grid of the first
+  # test images (and localisation scores on datasets with boxes); segmentation confidence maps
+  # of the first validation images.
+  e.cam_images = 8
+  e.seg_map_images = 4
+  # The post-hoc toolkit (calib_jax.evaluation.toolkit; classification): each calibrator fitted
+  # on the fit split, its test metrics with 95 % bootstrap intervals, conformal sets at each
+  # alpha, and failure (and OOD) detection. () = no calibrators (the raw logits' rows remain).
+  e.toolkit = True
+  e.calibrators = ("temperature", "vector", "isotonic")
+  e.conformal_alphas = (0.1, 0.05)
+  e.bootstrap_samples = 1000       # 0 = no intervals
+  e.toolkit_max_samples = 200_000  # larger splits are subsampled (seeded) for the toolkit
+  # Out-of-distribution set of the toolkit's OOD detection: '' (none), 'context' (the split's
+  # context-only images: objects filled with the mean pixel; datasets with boxes), a split of
+  # this dataset ('val', or a tfds split string), or 'DATASET:SPLIT' of another registered
+  # dataset with the same input channels (read at this model's input size and normalised as
+  # this dataset is).
+  e.ood = ""
+  return e
+
+
 def base_config() -> ml_collections.ConfigDict:
   """All fields with their defaults (a small CNN on the offline generated dataset).
 
@@ -56,24 +149,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0
   c.multihost = False
 
-  c.data = ml_collections.ConfigDict()
-  c.data.name = "clutter_objects"          # a name of the `calib_jax.data` registry
-  c.data.dir = config_dict.placeholder(str)  # tfds data_dir (default ~/tensorflow_datasets)
-  # Overrides of the dataset's splits: 'train' / 'val' / 'test' -> a tfds split string, e.g.
-  # {'train': 'train[:50000]', 'val': 'train[50000:]'} for a hold-out of the training set;
-  # 'train' is the whole tfds split (an unset role gets the dataset's registered split).
-  c.data.splits = ml_collections.ConfigDict()
-  c.data.options = ml_collections.ConfigDict()        # `make_dataset` options, every split
-  c.data.train_options = ml_collections.ConfigDict()  # train split only (e.g. ALS objectness)
-  c.data.batch_size = 128                             # global, over all devices and hosts
-  c.data.eval_batch_size = 256
-  # Keep the processed training split on the devices and gather each batch there from indices
-  # (the host then sends k x batch indices per call instead of decoding and transferring
-  # images): for splits that fit in device memory and a training processing without
-  # randomness (no random crop or flip). The batches, hence the run, are those of the tf.data
-  # stream. See docs/training.md, "The training set on the devices".
-  c.data.on_device = False
-
+  c.data = _data_fields()
   c.model = "small_cnn"
   c.model_kwargs = ml_collections.ConfigDict()
   c.dtype = "float32"
@@ -125,28 +201,8 @@ def base_config() -> ml_collections.ConfigDict:
   # (docs/training.md, BENCHMARKS.md).
   c.sweep_members_as = "auto"
 
-  # `optim.make_optimizer`'s arguments (the learning rate is the schedule's peak).
-  c.optimizer = ml_collections.ConfigDict()
-  c.optimizer.name = "sgd"
-  c.optimizer.learning_rate = 0.1
-  c.optimizer.momentum = 0.9
-  c.optimizer.nesterov = False
-  c.optimizer.weight_decay = 5e-4
-  c.optimizer.b1 = 0.9     # adam / adamw moments
-  c.optimizer.b2 = 0.999
-  c.optimizer.eps = 1e-8
-  c.optimizer.grad_clip_norm = 0.0  # global gradient norm (0 = off)
-  c.optimizer.sam_rho = 0.0         # SAM radius (0 = off)
-  c.optimizer.lr_multipliers = ml_collections.ConfigDict()  # top-level param name -> factor
-
-  # `optim.make_schedule`'s arguments; epoch-valued fields are converted with steps_per_epoch.
-  c.schedule = ml_collections.ConfigDict()
-  c.schedule.name = "multistep"
-  c.schedule.warmup_epochs = 0.0
-  c.schedule.boundaries_epochs = ()
-  c.schedule.decay_factor = 0.1
-  c.schedule.poly_power = 0.9
-  c.schedule.time_decay = 0.0  # Keras-style lr / (1 + d·step) on top of the schedule (0 = off)
+  c.optimizer = _optimizer_fields()
+  c.schedule = _schedule_fields()
 
   c.log_every_steps = 50
   c.eval_every_steps = -1  # -1: once per epoch; 0: never during training.
@@ -155,41 +211,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.tensorboard = True
   c.progress_bar = True
 
-  c.eval = ml_collections.ConfigDict()
-  c.eval.num_bins = 15
-  c.eval.fit_split = "val"           # temperature and p-norm are fitted here
-  # Also pick T from this grid by held-out ECE (the LR paper's protocol; () = off).
-  c.eval.temperature_grid = ()
-  c.eval.pnorm_candidates = tuple(range(1, 10))
-  c.eval.pnorm_center = True
-  c.eval.risk_levels = (0.01, 0.05, 0.1)        # coverage_at_risk operating points
-  c.eval.coverage_levels = (0.5, 0.8, 0.9)      # risk_at_coverage operating points
-  # Segmentation: random labelled pixels per image used to fit T and p on the fit split, and to
-  # score selective classification on the test split (LS-vs-SC samples 5000 per image).
-  c.eval.fit_pixels_per_image = 1000
-  c.eval.score_pixels_per_image = 5000
-  c.eval.max_plot_samples = 20_000      # samples (pixels) drawn in the reliability diagram
-  c.eval.context_eval = False         # also evaluate context-only (objects removed) images
-  c.eval.max_examples = -1            # -1: the whole split
-  # Pictures (calib_jax.evaluation.maps; 0 = off): Grad-CAM / Grad-CAM++ grid of the first
-  # test images (and localisation scores on datasets with boxes); segmentation confidence maps
-  # of the first validation images.
-  c.eval.cam_images = 8
-  c.eval.seg_map_images = 4
-  # The post-hoc toolkit (calib_jax.evaluation.toolkit; classification): each calibrator fitted
-  # on the fit split, its test metrics with 95 % bootstrap intervals, conformal sets at each
-  # alpha, and failure (and OOD) detection. () = no calibrators (the raw logits' rows remain).
-  c.eval.toolkit = True
-  c.eval.calibrators = ("temperature", "vector", "isotonic")
-  c.eval.conformal_alphas = (0.1, 0.05)
-  c.eval.bootstrap_samples = 1000       # 0 = no intervals
-  c.eval.toolkit_max_samples = 200_000  # larger splits are subsampled (seeded) for the toolkit
-  # Out-of-distribution set of the toolkit's OOD detection: '' (none), 'context' (the split's
-  # context-only images: objects filled with the mean pixel; datasets with boxes), a split of
-  # this dataset ('val', or a tfds split string), or 'DATASET:SPLIT' of another registered
-  # dataset with the same input channels (read at this model's input size and normalised as
-  # this dataset is).
-  c.eval.ood = ""
+  c.eval = _eval_fields()
   c.lock()
   for field in FREE_FORM_FIELDS:
     _get(c, field).unlock()

@@ -4,6 +4,9 @@
 conformal quantile `q̂` of the scores and returns a `ConformalPredictor`, whose call maps test
 logits to the boolean set mask `{y : s(x, y) ≤ q̂}`. With exchangeable calibration and test
 data the set holds the true label with probability ≥ 1 − α (Vovk et al. 2005; Lei et al. 2018).
+With `conditional="class"` (Mondrian split conformal) each class k gets its own threshold
+`q̂_k` from its own calibration samples, and `{y : s(x, y) ≤ q̂_y}` holds the label with
+probability ≥ 1 − α given the label, for every class (Vovk 2012).
 """
 import dataclasses
 import functools
@@ -12,6 +15,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from calib_jax.conformal import _inputs
 from calib_jax.conformal import scores as scores_lib
@@ -27,7 +31,12 @@ _METHODS: dict[str, dict[str, Any]] = {
     # λ = 0.01, k_reg = 5: Angelopoulos & Bates' ImageNet RAPS example (a gentle introduction
     # to conformal prediction, 2021); tune them on held-out data for another task.
     "raps": {"randomized": True, "lam": 0.01, "k_reg": 5},
+    # λ = 0.2: TorchCP's default rank weight (its `weight`; TorchCP 1.2); Huang et al. tune λ
+    # on held-out data per task.
+    "saps": {"randomized": True, "lam": 0.2},
 }
+# None: one marginal threshold; "class": Mondrian, a threshold per class.
+CONDITIONAL = (None, "class")
 _COMMON = ("key", "mask", "from_logits")
 
 
@@ -42,48 +51,90 @@ def _all_scores(name: str, probs: jax.Array, u: Optional[jax.Array], lam: float,
     return scores_lib.thr_scores(probs)
   if name == "aps":
     return scores_lib.aps_scores(probs, u)
+  if name == "saps":
+    return scores_lib.saps_scores(probs, u, lam)
   return scores_lib.raps_scores(probs, u, lam, k_reg)
 
 
 _STATIC = ("name", "lam", "k_reg", "from_logits")
 
+# Rows scored at a time by the sorting scores: their temporaries (the sort's keys and
+# permutation, cumulative sums, the scatter back to class order) then take a few [block, C]
+# arrays instead of [N, C] ones, about 6 × 100 MB at N = 25,000, C = 1,000.
+_BLOCK_ROWS = 2048
+
+
+def _by_rows(fn, blocked: bool, *arrays):
+  """`fn(*arrays)` computed on blocks of `_BLOCK_ROWS` rows (arrays `[N, ...]` or None; the
+  last block zero-padded), its outputs cut back to N rows. Each row's result is the same."""
+  n = arrays[0].shape[0]
+  if not blocked or n <= _BLOCK_ROWS:
+    return fn(*arrays)
+  blocks = -(-n // _BLOCK_ROWS)
+
+  def split(a):
+    if a is None:
+      return None
+    a = jnp.pad(a, [(0, blocks * _BLOCK_ROWS - n)] + [(0, 0)] * (a.ndim - 1))
+    return a.reshape((blocks, _BLOCK_ROWS) + a.shape[1:])
+
+  out = lax.map(lambda args: fn(*args), tuple(split(a) for a in arrays))
+  return jax.tree.map(lambda o: o.reshape((blocks * _BLOCK_ROWS,) + o.shape[2:])[:n], out)
+
+
+def _block_scores(x, u, *, name, lam, k_reg, from_logits):
+  probs = jax.nn.softmax(x, axis=-1) if from_logits else x
+  return _all_scores(name, probs, u, lam, k_reg)
+
+
+def _uniforms(key, n: int):
+  return None if key is None else jax.random.uniform(key, (n,), jnp.float32)
+
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _scores(x, key, *, name, lam, k_reg, from_logits):
   """All-class scores of `x [N, C]`; `key` draws the uniforms of randomised scores (or None)."""
-  probs = jax.nn.softmax(x, axis=-1) if from_logits else x
-  u = None if key is None else jax.random.uniform(key, (x.shape[0],), jnp.float32)
-  return _all_scores(name, probs, u, lam, k_reg)
+  fn = functools.partial(_block_scores, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits)
+  return _by_rows(fn, name != "thr", x, _uniforms(key, x.shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _sets(x, key, qhat, *, name, lam, k_reg, from_logits):
-  return _scores(x, key, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits) <= qhat
+  def fn(xb, ub):
+    return _block_scores(xb, ub, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits) <= qhat
+  return _by_rows(fn, name != "thr", x, _uniforms(key, x.shape[0]))
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits):
-  """`q̂` of the label scores (one compiled program for the whole fit, whatever α)."""
-  all_scores = _scores(x, key, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits)
-  return scores_lib.quantile_from_ranks(scores_lib.label_scores(all_scores, labels), ranks,
-                                        mask)
+@functools.partial(jax.jit, static_argnames=_STATIC + ("conditional",))
+def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, conditional):
+  """`q̂` of the label scores, `[]` or `[C]` per class (one compiled program for the whole fit,
+  whatever α)."""
+  def fn(xb, ub, yb):
+    return scores_lib.label_scores(
+        _block_scores(xb, ub, name=name, lam=lam, k_reg=k_reg, from_logits=from_logits), yb)
+  label_scores = _by_rows(fn, name != "thr", x, _uniforms(key, x.shape[0]), labels)
+  if conditional == "class":
+    return scores_lib.class_quantiles_from_ranks(label_scores, labels, x.shape[-1], ranks, mask)
+  return scores_lib.quantile_from_ranks(label_scores, ranks, mask)
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["qhat"],
                    meta_fields=["name", "alpha", "num_classes", "randomized", "lam", "k_reg",
-                                "from_logits"])
+                                "from_logits", "conditional"])
 @dataclasses.dataclass(frozen=True)
 class ConformalPredictor:
   """A fitted split-conformal predictor (a pytree: pass it through `jax.jit` freely).
 
   Attributes:
-    qhat: the fitted threshold `q̂` (float32 scalar array).
+    qhat: the fitted threshold `q̂`: a float32 scalar array, or `[C]` (class k's threshold
+      `q̂_k` at index k) when `conditional == "class"`.
     name: the method, one of `names()`.
     alpha: the target miscoverage; sets cover the label with probability ≥ 1 − alpha.
     num_classes: C.
     randomized: whether scores draw `u ~ U(0, 1)`, one per sample, from the call's `key`.
-    lam, k_reg: the RAPS penalty (lam = 0 for THR and APS).
+    lam, k_reg: the RAPS penalty, or SAPS' rank weight in `lam` (lam = 0 for THR and APS).
     from_logits: inputs are logits (softmax is applied) rather than probabilities.
+    conditional: None (marginal coverage) or "class" (Mondrian: per-class thresholds).
   """
   qhat: jax.Array
   name: str
@@ -93,6 +144,7 @@ class ConformalPredictor:
   lam: float = 0.0
   k_reg: int = 0
   from_logits: bool = True
+  conditional: Optional[str] = None
 
   def scores(self, logits: ArrayLike, key: Optional[jax.Array] = None) -> jax.Array:
     """Scores `s(x, y)` of every class: `[..., C] -> [..., C]` float32."""
@@ -101,7 +153,8 @@ class ConformalPredictor:
     return out.reshape(np.shape(logits))
 
   def __call__(self, logits: ArrayLike, key: Optional[jax.Array] = None) -> jax.Array:
-    """Boolean set mask `[..., C]`: `s(x, y) ≤ q̂`.
+    """Boolean set mask `[..., C]`: `s(x, y) ≤ q̂` (`≤ q̂_y`, class y's own threshold, when
+    `conditional == "class"`).
 
     Args:
       logits: `[..., C]` test logits (probabilities when fitted with `from_logits=False`).
@@ -153,9 +206,13 @@ def _check_inputs(x: ArrayLike, labels: Optional[ArrayLike], num_classes: Option
   return x, labels
 
 
-def _check_options(name: str, alpha, kw: dict) -> dict:
+def _check_options(name: str, alpha, conditional, kw: dict) -> dict:
   if name not in _METHODS:
     raise ValueError(f"unknown conformal method {name!r}; valid names: {names()}")
+  if not any(conditional is c or (isinstance(conditional, str) and conditional == c)
+             for c in CONDITIONAL):
+    raise ValueError(f"unknown conditional {conditional!r}; valid: None (one marginal "
+                     f"threshold) or 'class' (Mondrian: a threshold per class).")
   if isinstance(alpha, bool) or not isinstance(alpha, (float, int)) or not 0 < alpha < 1:
     raise ValueError(f"alpha must be a Python float in (0, 1), got {alpha!r}.")
   valid = list(_METHODS[name]) + list(_COMMON)
@@ -168,6 +225,8 @@ def _check_options(name: str, alpha, kw: dict) -> dict:
   lam = options.get("lam", 0.0)
   if isinstance(lam, bool) or not isinstance(lam, (float, int)) or not lam >= 0:
     raise ValueError(f"lam must be a float >= 0, got {lam!r}.")
+  if name == "saps" and not lam > 0:  # λ = 0 ties every label below the top one
+    raise ValueError(f"lam (the SAPS rank weight) must be a float > 0, got {lam!r}.")
   k_reg = options.get("k_reg", 0)
   if isinstance(k_reg, bool) or not isinstance(k_reg, (int, np.integer)) or k_reg < 0:
     raise ValueError(f"k_reg must be an int >= 0, got {k_reg!r}.")
@@ -175,8 +234,28 @@ def _check_options(name: str, alpha, kw: dict) -> dict:
   return options
 
 
-def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 0.1,
-        **kw) -> ConformalPredictor:
+def check_class_sizes(labels: ArrayLike, num_classes: int, alpha: float,
+                      mask: Optional[ArrayLike] = None) -> None:
+  """Raises a one-line ValueError when a class has too few calibration samples for Mondrian
+  conformal at `alpha`: `n_k < min_calibration_size(alpha)`, i.e. `⌈(n_k + 1)(1 − α)⌉ > n_k`
+  (a class without samples included). `labels [N]` ints, `mask [N]` bool (concrete values)."""
+  labels = np.asarray(labels).reshape(-1)
+  if mask is not None:
+    labels = labels[np.asarray(mask).reshape(-1)]
+  counts = np.bincount(labels, minlength=num_classes)
+  need = scores_lib.min_calibration_size(alpha)
+  short = np.flatnonzero(counts < need)
+  if short.size:
+    k = int(short[np.argmin(counts[short])])
+    listed = ", ".join(str(int(c)) for c in short[:8]) + (", ..." if short.size > 8 else "")
+    raise ValueError(
+        f"class {k} has {int(counts[k])} calibration samples, too few for conditional='class' "
+        f"at alpha={alpha}: each class needs n_k >= {need} (⌈(n_k+1)(1−α)⌉ <= n_k); "
+        f"{short.size} of {num_classes} classes have fewer ({listed}).")
+
+
+def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 0.1, *,
+        conditional: Optional[str] = None, **kw) -> ConformalPredictor:
   """Fits a split-conformal set predictor on held-out (calibration) logits.
 
   `q̂` is the k-th smallest calibration score, `k = ⌈(n + 1)(1 − α)⌉` (`conformal_quantile`).
@@ -188,12 +267,21 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
   `key` a fixed one is used (`jax.random.key(0)` here, `key(1)` in the predictor call), so
   results are reproducible. Sets may be empty; the guarantee counts them as misses.
 
+  `conditional="class"` (Mondrian split conformal, Vovk 2012) fits a threshold per class:
+  `q̂_k` is the `⌈(n_k + 1)(1 − α)⌉`-th smallest score among the `n_k` calibration samples
+  labelled k, and label k enters a test set when its score is ≤ `q̂_k`. Coverage then holds
+  given the label, `P(y ∈ C(x) | y = k) ≥ 1 − α` for every k, at the price of larger sets on
+  rare or hard classes; every class needs `n_k ≥ min_calibration_size(alpha)`.
+
   Args:
-    name: one of `names()`: "thr" (LAC), "aps", "raps".
+    name: one of `names()`: "thr" (LAC), "aps", "raps", "saps".
     val_logits: `[..., C]` calibration logits.
     val_labels: `[...]` int labels in [0, C).
     alpha: miscoverage level in (0, 1); target coverage 1 − alpha.
-    **kw: `randomized` (aps, raps; default True), `lam` (raps, λ ≥ 0, default 0.01), `k_reg`
+    conditional: None (default: one threshold, marginal coverage) or "class" (Mondrian: one
+      threshold per class, coverage per class).
+    **kw: `randomized` (aps, raps, saps; default True), `lam` (raps: λ ≥ 0, default 0.01;
+      saps: the rank weight λ > 0, default 0.2), `k_reg`
       (raps, int ≥ 0, default 5), `key` (PRNG key of the uniforms when randomized; default
       `jax.random.key(0)`), `mask` (bool
       `[...]`, the calibration samples to use), `from_logits` (default True; False when the
@@ -203,11 +291,14 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
     A `ConformalPredictor`; `predictor(logits, key=None)` is the `[..., C]` bool set mask.
 
   Raises:
-    ValueError: unknown name or argument, alpha outside (0, 1), shape mismatch, labels outside
-      [0, C), NaN logits, a key that is not one PRNG key, or fewer calibration samples than `α` needs (checked when the values
-      are concrete; under `jit` too few samples give `q̂ = inf`, i.e. every set is full).
+    ValueError: unknown name, argument or `conditional`, alpha outside (0, 1), shape mismatch,
+      labels outside [0, C), NaN logits, a key that is not one PRNG key, or fewer calibration
+      samples than `α` needs, overall or (Mondrian) in some class (checked when the values are
+      concrete; under `jit` too few samples give `q̂ = inf`, i.e. every set is full, or every
+      set holds that class).
   """
-  options = _check_options(name, alpha, kw)
+  options = _check_options(name, alpha, conditional, kw)
+  conditional = None if conditional is None else "class"
   from_logits = kw.get("from_logits", True)
   if not isinstance(from_logits, bool):
     raise ValueError(f"from_logits must be a bool, got {from_logits!r}.")
@@ -221,11 +312,14 @@ def fit(name: str, val_logits: ArrayLike, val_labels: ArrayLike, alpha: float = 
       raise ValueError(
           f"{n} calibration samples are too few for alpha={alpha}: ⌈(n+1)(1−α)⌉ > n; need n >= "
           f"{scores_lib.min_calibration_size(alpha)}.")
+  if conditional == "class" and arrays.is_concrete(labels, mask):
+    check_class_sizes(labels, num_classes, alpha, mask)
   randomized = options.get("randomized", False)
   key = _randomized_key(randomized, kw.get("key"), "fit")
   ranks = scores_lib.quantile_ranks(x.shape[0], float(alpha))
   qhat = _calibrate(x, labels, mask, key, ranks, name=name, lam=options["lam"],
-                    k_reg=options["k_reg"], from_logits=from_logits)
+                    k_reg=options["k_reg"], from_logits=from_logits, conditional=conditional)
   return ConformalPredictor(qhat=qhat, name=name, alpha=float(alpha), num_classes=num_classes,
                             randomized=randomized, lam=options["lam"],
-                            k_reg=options["k_reg"], from_logits=from_logits)
+                            k_reg=options["k_reg"], from_logits=from_logits,
+                            conditional=conditional)

@@ -11,6 +11,12 @@ prediction (threshold every column).
   `r(y)` the 1-based rank of `y`, `s = Σ_{j<r(y)} p_(j) + u·p_y`; randomised: `u ~ U(0, 1)`
   (one per sample), non-randomised: `u = 1` (the mass up to and including `y`).
 * RAPS (Angelopoulos, Bates, Malik & Jordan 2021): APS plus `λ·max(0, r(y) − k_reg)`.
+* SAPS (Huang, Xi, Zhang, Yao, Qiu & Wei 2024): `s = u·p_(1)` for the top-ranked label, and
+  `p_(1) + (r(y) − 2 + u)·λ` for a label at rank `r(y) ≥ 2`: only the largest probability and
+  the rank count, not the tail's values.
+
+`conformal_quantile` is the marginal threshold; `class_conditional_quantile` the Mondrian one,
+a threshold per class from that class's calibration scores alone (Vovk et al. 2005, 2012).
 
 Ties in `p` are ranked by class index (a stable sort), so every class gets a distinct rank.
 """
@@ -79,6 +85,28 @@ def aps_scores(probs: jax.Array, u: Optional[jax.Array] = None) -> jax.Array:
   return raps_scores(probs, u)
 
 
+def saps_scores(probs: jax.Array, u: Optional[jax.Array] = None, lam: float = 0.2) -> jax.Array:
+  """SAPS score of every class (Huang et al. 2024, "Conformal prediction for deep classifier via
+  label ranking").
+
+  `s(x, y) = u·p_(1)` when `r(y) = 1`, else `p_(1) + (r(y) − 2 + u)·λ`, `r` the 1-based rank.
+
+  Args:
+    probs: `[N, C]` probabilities.
+    u: `[N]` uniforms in [0, 1] (randomised scores), or None for `u = 1` (non-randomised).
+    lam: the rank weight λ > 0.
+
+  Returns:
+    `[N, C]` float32 scores in class order.
+  """
+  sorted_p, order = _sorted_descending(probs)
+  p_max = sorted_p[:, :1]
+  u = jnp.ones((probs.shape[0], 1), jnp.float32) if u is None else u[:, None]
+  rank = jnp.arange(1, probs.shape[-1] + 1, dtype=jnp.float32)
+  sorted_scores = jnp.where(rank == 1, u * p_max, p_max + (rank - 2.0 + u) * lam)
+  return _to_class_order(sorted_scores.astype(jnp.float32), order)
+
+
 def label_scores(all_scores: jax.Array, labels: jax.Array) -> jax.Array:
   """The score of each sample's label: `all_scores[i, labels[i]]`. `[N, C], [N] -> [N]`."""
   return jnp.take_along_axis(all_scores, labels[:, None], axis=-1)[:, 0]
@@ -141,3 +169,45 @@ def quantile_from_ranks(scores: jax.Array, ranks: jax.Array,
   ordered = jnp.sort(scores)
   q = ordered[jnp.clip(k - 1, 0, size - 1)]
   return jnp.where(k <= n, q, jnp.inf).astype(jnp.float32)
+
+
+def class_conditional_quantile(scores: jax.Array, labels: jax.Array, num_classes: int,
+                               alpha: float, mask: Optional[jax.Array] = None) -> jax.Array:
+  """The Mondrian (class-conditional) thresholds `q̂_k`, one per class.
+
+  `q̂_k` is the `⌈(n_k + 1)(1 − α)⌉`-th smallest of the `n_k` valid scores whose label is k, so
+  `P(s_test ≤ q̂_k | y_test = k) ≥ 1 − α` for every class k (Vovk et al. 2005; Vovk 2012). A
+  class with too few samples for its rank (`n_k < min_calibration_size(alpha)`, none at all
+  included) gets `+inf`; `fit(..., conditional="class")` raises there instead.
+
+  Args:
+    scores: `[N]` float32 calibration scores (each sample's label's score).
+    labels: `[N]` int labels in [0, num_classes).
+    num_classes: C (static).
+    alpha: miscoverage level in (0, 1), a Python float.
+    mask: optional `[N]` bool; only selected scores count.
+
+  Returns:
+    `[C]` float32.
+  """
+  return class_quantiles_from_ranks(scores, labels, num_classes,
+                                    quantile_ranks(scores.shape[0], alpha), mask)
+
+
+def class_quantiles_from_ranks(scores: jax.Array, labels: jax.Array, num_classes: int,
+                               ranks: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
+  """`class_conditional_quantile` with the ranks given as a table (`quantile_ranks`).
+
+  One sort by (class, score) serves every class: class k's scores are the `n_k` consecutive
+  entries from `start_k = Σ_{j<k} n_j`, and its threshold the entry at `start_k + k_k − 1`.
+  No per-class loop, one compiled program whatever C and α.
+  """
+  size = scores.shape[0]
+  valid = jnp.ones(size, bool) if mask is None else mask
+  group = jnp.where(valid, labels.astype(jnp.int32), num_classes)  # masked rows sort last
+  _, ordered = lax.sort((group, scores), num_keys=2)
+  counts = jnp.zeros(num_classes + 1, jnp.int32).at[group].add(1)[:num_classes]
+  starts = jnp.cumsum(counts) - counts
+  k = jnp.asarray(ranks)[counts]
+  q = ordered[jnp.clip(starts + k - 1, 0, size - 1)]
+  return jnp.where(k <= counts, q, jnp.inf).astype(jnp.float32)

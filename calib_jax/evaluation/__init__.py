@@ -3,11 +3,13 @@
     from calib_jax import evaluation
     results = evaluation.evaluate_run(config, workdir)   # metrics.json + plots
 
-Modules: `validation` (`ValidationEvaluator`, the training loop's; accumulators and the `eval`
-settings' checks), `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
+Modules: `validation` (`ValidationEvaluator`, the training loop's; the accumulators),
+`predictions` (`evaluate_predictions`: any model's logits), `toolkit`, `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
 `maps` (`MapReport`: class activation and confidence maps), `run` (`evaluate_run`,
 `format_table`, `format_members`).
 """
+# The names are loaded on first use: every module here but `predictions` imports TensorFlow
+# (through `calib_jax.experiment`), which `eval.py --predictions` never needs.
 import importlib
 
 _LAZY = {

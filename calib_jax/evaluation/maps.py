@@ -27,6 +27,7 @@ from absl import logging
 
 from calib_jax import explain, metrics
 from calib_jax.evaluation import validation
+from calib_jax.experiment import Experiment
 
 CAMS_FILE, CONTEXT_CAMS_FILE, CAMS_ARRAYS = "cams.png", "cams_context.png", "cams.npz"
 SEG_MAPS_FILE, CLASS_RELIABILITY_FILE = "seg_maps.png", "class_reliability.png"
@@ -60,7 +61,8 @@ def _host(x: jax.Array) -> np.ndarray:
 class MapReport:
   """CAM grids and localisation (classification) or confidence maps (segmentation)."""
 
-  def __init__(self, experiment: Any, split: str, predict: Callable[[Any, Any], jax.Array]):
+  def __init__(self, experiment: Experiment, split: str,
+               predict: Callable[[Any, Any], jax.Array]):
     self.experiment, self.split = experiment, split
     self.config, self.model, self.meta = experiment.config, experiment.model, experiment.meta
     self.predict = predict

@@ -11,13 +11,15 @@ The validation split fits; the test split is reported:
   `aece`, `smooth_ece`, `rms_ece`, `nll`, `brier` and `aurc` (of the calibrated maximum
   probability), and 95 % bootstrap percentile intervals of `ece`, `smooth_ece` and `aurc`
   (`metrics.bootstrap`, `bootstrap_samples` resamples; `{value, lower, upper, std}`);
-  `conformal`: split-conformal THR and APS sets (`conformal.fit` on val, APS randomised, the
-  library's default) at each `alpha`, with their test `coverage` and `mean_set_size`;
+  `conformal`: split-conformal THR, APS and SAPS sets (`conformal.fit` on val, APS and SAPS
+  randomised, the library's default), each also class-conditional (Mondrian, `<name>-class`),
+  at each `alpha` (keys `thr@0.1`, `thr-class@0.1`, ...), with their test `coverage`,
+  `mean_set_size` and `worst_class_coverage` (the lowest coverage of a class);
 * `skipped` (only when something was): a calibrator that refused to fit on this few
   validation samples (`posthoc.TooFewSamplesError`: vector, matrix and Dirichlet scaling need
   10 per free parameter), or conformal sets at an alpha that needs more of them
-  (`conformal@<alpha>`: n ≥ 1/alpha − 1), left out with the one-line reason here; the rest is
-  reported;
+  (`conformal@<alpha>`: n ≥ 1/alpha − 1; `conformal-class@<alpha>`: as many in every class),
+  left out with the one-line reason here; the rest is reported;
 * `failure`: detecting the wrong test predictions (the positives) by a low confidence score,
   `metrics.detection`'s convention: `auroc`, `aupr` and `fpr_at_95_tpr` (the share of correct
   predictions flagged when 95 % of the wrong ones are) for the scores `msp`, `max_logit`,
@@ -39,6 +41,8 @@ Bad inputs raise `PredictionsError` (a `ValueError`), one line naming the array 
 from __future__ import annotations
 
 import functools
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -50,7 +54,7 @@ from calib_jax import conformal, ensemble, metrics, posthoc
 from calib_jax.evaluation import ensembles
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
-CONFORMAL_SETS = ("thr", "aps")
+CONFORMAL_SETS = ("thr", "aps", "saps")  # each marginal and class-conditional ("-class")
 REQUIRED = ("val_logits", "val_labels", "test_logits", "test_labels")
 OPTIONAL = ("ood_logits",)
 INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
@@ -127,18 +131,13 @@ def _check_members(out: dict[str, np.ndarray]) -> None:
                            "member-stacked logits array needs the same M)")
 
 
-@functools.lru_cache(maxsize=None)
-def _binned_ece(num_bins: int) -> Callable:
-  """`metrics.ece` at `num_bins`, one object per bin count: the bootstrap's compiled program
-  (keyed by the metric function) is then reused by every calibrator's probabilities."""
-  return functools.partial(metrics.ece, num_bins=num_bins)
-
-
-def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Array,
-                 bootstrap_samples: int) -> dict[str, Any]:
-  confidence = jnp.max(probs, -1)
-  correct = jnp.argmax(probs, -1) == labels
-  result = {
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
+  """The test split's numbers of one calibrator's probabilities, one program (each calibrator
+  gives the same shapes, so it compiles once per report), and the per-sample top-label
+  confidence and correctness the bootstrap resamples."""
+  confidence, correct = metrics.confidence_and_correct(probs, labels)
+  values = {
       "accuracy": metrics.accuracy(probs, labels),
       "ece": metrics.ece(probs, labels, num_bins),
       "aece": metrics.aece(probs, labels, num_bins),
@@ -148,34 +147,85 @@ def _calibration(probs: jax.Array, labels: jax.Array, num_bins: int, key: jax.Ar
       "brier": metrics.brier(probs, labels),
       "aurc": metrics.aurc(confidence, correct),
   }
-  result = {k: float(v) for k, v in result.items()}
-  if bootstrap_samples:
-    keys = jax.random.split(key, len(INTERVAL_KEYS))
-    fns = {"ece": (_binned_ece(num_bins), (probs, labels)),
-           "smooth_ece": (metrics.smooth_ece, (probs, labels)),
-           "aurc": (metrics.aurc, (confidence, correct))}
-    result["intervals"] = {
-        name: {k: float(v) for k, v in metrics.bootstrap(
-            fn, *args, num_samples=bootstrap_samples, key=k_).items()}
-        for (name, (fn, args)), k_ in zip(fns.items(), keys)}
-  return result
+  return values, confidence, correct
 
 
-def _conformal(val_probs, val_labels, test_probs, test_labels,
-               alphas: Sequence[float]) -> dict[str, dict[str, float]]:
+def _top_label_rows(confidence: jax.Array, correct: jax.Array):
+  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE)
+  gives the same value on them as on the probabilities (`metrics.bootstrap`'s reduction)."""
+  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
+  return rows, jnp.logical_not(correct).astype(jnp.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def _interval_metric(name: str, num_bins: int) -> Callable:
+  """The metric `name` of `INTERVAL_KEYS` of one calibrator's `(confidence [N], correct [N])`.
+  One object per (name, bins): the bootstrap's compiled program, keyed by the function, is
+  built once per report and reused by every calibrator. (A version vmapped over the
+  calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
+  if name == "ece":
+    return jax.jit(lambda c, r: metrics.ece(*_top_label_rows(c, r), num_bins))
+  if name == "smooth_ece":
+    return jax.jit(lambda c, r: metrics.smooth_ece(*_top_label_rows(c, r)))
+  return metrics.aurc
+
+
+def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int, key: jax.Array,
+               bootstrap_samples: int) -> dict[str, dict[str, float]]:
+  """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
+  correctness `[N]` (the same resamples for every calibrator: one key)."""
+  keys = jax.random.split(key, len(INTERVAL_KEYS))
+  return {name: {stat: float(v) for stat, v in jax.device_get(metrics.bootstrap(
+              _interval_metric(name, num_bins), confidence, correct,
+              num_samples=bootstrap_samples, key=key_)).items()}
+          for name, key_ in zip(INTERVAL_KEYS, keys)}
+
+
+def _conformal_keys(alphas: tuple, class_alphas: tuple) -> list[tuple[str, str, Any, float]]:
+  """`(key, method, conditional, alpha)` of every reported set, in the report's order."""
+  return [(f"{name}{'-class' if conditional else ''}@{alpha:g}", name, conditional, alpha)
+          for name in CONFORMAL_SETS
+          for conditional, levels in ((None, alphas), ("class", class_alphas))
+          for alpha in levels]
+
+
+@functools.partial(jax.jit, static_argnames=("alphas", "class_alphas"))
+def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tuple,
+                    class_alphas: tuple) -> dict[str, jax.Array]:
+  """`[coverage, mean set size, worst class's coverage]` of every set: one compiled program per
+  report, shared by the calibrators. Each method scores each split once: the fits' identical
+  validation scoring is merged by XLA, and the test scores (the predictor call's, same key) are
+  compared with every fit's threshold."""
+  out, fits = {}, {}
+  for key, name, conditional, alpha in _conformal_keys(alphas, class_alphas):
+    fits.setdefault(name, []).append((key, conformal.fit(
+        name, val_probs, val_labels, alpha, conditional=conditional, from_logits=False)))
+  for name, predictors in fits.items():
+    test_scores = predictors[0][1].scores(test_probs)
+    for key, predictor in predictors:
+      sets = test_scores <= predictor.qhat
+      out[key] = jnp.stack([conformal.coverage(sets, test_labels), conformal.mean_set_size(sets),
+                            conformal.class_conditional_coverage(sets, test_labels).worst])
+  return out
+
+
+def _conformal(val_probs, val_labels, test_probs, test_labels, alphas: Sequence[float],
+               class_alphas: Sequence[float]) -> dict[str, dict[str, float]]:
+  alphas, class_alphas = tuple(alphas), tuple(class_alphas)
+  stats = jax.device_get(_conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas,
+                                         class_alphas))
   out = {}
-  for name in CONFORMAL_SETS:
-    for alpha in alphas:
-      predictor = conformal.fit(name, val_probs, val_labels, alpha, from_logits=False)
-      sets = predictor(test_probs)
-      out[f"{name}@{alpha:g}"] = {"alpha": float(alpha),
-                                  "coverage": float(conformal.coverage(sets, test_labels)),
-                                  "mean_set_size": float(conformal.mean_set_size(sets))}
+  for key, _, _, alpha in _conformal_keys(alphas, class_alphas):
+    coverage, size, worst = (float(v) for v in stats[key])
+    out[key] = {"alpha": float(alpha), "coverage": coverage, "mean_set_size": size,
+                "worst_class_coverage": worst}
   return out
 
 
 def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
-  """The scores of `failure` and `ood` (higher = more confident / more in-distribution)."""
+  """The scores of `failure` and `ood` (higher = more confident / more in-distribution).
+  Each is computed on its own, not fused into one program: scores with many near-ties
+  (a random forest's logits) would rank differently by a last-bit difference."""
   return {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
           "neg_entropy": posthoc.neg_entropy(logits), "energy": posthoc.energy(logits),
           "pnorm": (posthoc.msp(logits) if pnorm_p is None
@@ -194,7 +244,21 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
                          calibrators: Sequence[str] = DEFAULT_CALIBRATORS,
                          alphas: Sequence[float] = (0.1, 0.05), num_bins: int = 15,
                          bootstrap_samples: int = 1000, seed: int = 0) -> dict[str, Any]:
-  """The report of a model's val/test logits (see the module docstring for every key).
+  """The report of a model's val/test logits (see the module docstring for every key); the
+  arguments and errors are `fit_and_evaluate`'s."""
+  return fit_and_evaluate(val_logits, val_labels, test_logits, test_labels,
+                          ood_logits=ood_logits, calibrators=calibrators, alphas=alphas,
+                          num_bins=num_bins, bootstrap_samples=bootstrap_samples, seed=seed)[0]
+
+
+def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: Any,
+                     *, ood_logits: Any = None,
+                     calibrators: Sequence[str] = DEFAULT_CALIBRATORS,
+                     alphas: Sequence[float] = (0.1, 0.05), num_bins: int = 15,
+                     bootstrap_samples: int = 1000,
+                     seed: int = 0) -> tuple[dict[str, Any], dict[str, posthoc.Calibrator]]:
+  """`evaluate_predictions`' report and the calibrators it fitted (by name; those that
+  refused to fit are in the report's `skipped`), for `plot_report` to reuse.
 
   Args:
     val_logits, val_labels: the fit split, `[N_val, C]` and `[N_val]`.
@@ -223,9 +287,8 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
     arrays = {**arrays, **{k: ensembles.ensemble_logits(v) for k, v in members.items()}}
   val_x = jnp.asarray(arrays["val_logits"], jnp.float32)
   test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
-  val_y = jnp.asarray(arrays["val_labels"], jnp.int32)
-  test_y = jnp.asarray(arrays["test_labels"], jnp.int32)
-  probabilities = {"raw": (jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1))}
+  val_y = jnp.asarray(arrays["val_labels"].astype(np.int32))
+  test_y = jnp.asarray(arrays["test_labels"].astype(np.int32))
   skipped = {}
   too_few = [a for a in alphas if conformal.min_calibration_size(a) > val_x.shape[0]]
   for alpha in too_few:  # Split conformal cannot reach 1 − alpha on so few samples.
@@ -233,20 +296,37 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
         f"{val_x.shape[0]} validation samples are too few for conformal sets at alpha={alpha:g}"
         f" (need >= {conformal.min_calibration_size(alpha)})")
   alphas = [a for a in alphas if a not in too_few]
-  for name in calibrators:
+  class_alphas = []
+  for alpha in alphas:  # Mondrian sets need as many samples in every class.
     try:
-      calibrator = posthoc.fit_calibrator(name, val_x, val_y)
-    except posthoc.TooFewSamplesError as e:  # Report the others; say why this one is missing.
-      skipped[name] = str(e)
-      continue
-    probabilities[name] = (calibrator(val_x), calibrator(test_x))
-  key = jax.random.key(seed)
-  report = {}
-  for name, (val_p, test_p) in probabilities.items():
-    report[name] = {"test": _calibration(test_p, test_y, num_bins, key, bootstrap_samples),
-                    "conformal": _conformal(val_p, val_y, test_p, test_y, alphas)}
+      conformal.check_class_sizes(arrays["val_labels"], val_x.shape[1], alpha)
+      class_alphas.append(alpha)
+    except ValueError as e:
+      skipped[f"conformal-class@{alpha:g}"] = str(e)
+  # One calibrator at a time: its [N, C] probabilities are dropped once its numbers are taken
+  # (the bootstrap needs only each test sample's confidence and correctness).
+  report, fitted, key = {}, {}, jax.random.key(seed)
+  for name in ("raw",) + tuple(calibrators):
+    if name == "raw":
+      val_p, test_p = jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1)
+    else:
+      try:
+        calibrator = posthoc.fit_calibrator(name, val_x, val_y)
+      except posthoc.TooFewSamplesError as e:  # Report the others; say why this one is missing.
+        skipped[name] = str(e)
+        continue
+      fitted[name] = calibrator
+      val_p, test_p = calibrator(val_x), calibrator(test_x)
+    values, confidence, correct = _test_metrics(test_p, test_y, num_bins)
+    report[name] = {"test": {k: float(v) for k, v in jax.device_get(values).items()},
+                    "conformal": _conformal(val_p, val_y, test_p, test_y, alphas,
+                                            class_alphas)}
+    del val_p, test_p
+    if bootstrap_samples:
+      report[name]["test"]["intervals"] = _intervals(confidence, correct, num_bins, key,
+                                                     bootstrap_samples)
   pnorm_p = posthoc.select_pnorm(val_x, val_y)
-  wrong = jnp.argmax(test_x, -1) != test_y
+  wrong = np.asarray(arrays["test_logits"]).argmax(-1) != arrays["test_labels"]
   results = {
       "num_val": int(val_x.shape[0]), "num_test": int(test_x.shape[0]),
       "num_classes": int(val_x.shape[1]), "num_bins": num_bins,
@@ -256,14 +336,13 @@ def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, tes
   if skipped:
     results["skipped"] = skipped
   if "ood_logits" in arrays:
-    ood_x = jnp.asarray(arrays["ood_logits"], jnp.float32)
-    both = jnp.concatenate([test_x, ood_x])
-    is_ood = jnp.arange(both.shape[0]) >= test_x.shape[0]
-    results["num_ood"] = int(ood_x.shape[0])
+    both = np.concatenate([arrays["test_logits"], arrays["ood_logits"]]).astype(np.float32)
+    is_ood = np.arange(both.shape[0]) >= test_x.shape[0]
+    results["num_ood"] = int(arrays["ood_logits"].shape[0])
     results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
   if members:
     _add_ensemble(results, members, test_y, wrong, num_bins)
-  return results
+  return results, fitted
 
 
 def _add_ensemble(results: dict[str, Any], members: dict[str, np.ndarray], test_y: jax.Array,
@@ -293,19 +372,32 @@ def format_table(results: dict[str, Any]) -> str:
     lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<22}"
                  f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
   lines += [f"{name:<14}skipped: {why}" for name, why in results.get("skipped", {}).items()]
-  lines += ["", f"{'conformal sets':<14}" + "".join(
-      f"{key:>18}" for key in next(iter(results["calibrators"].values()))["conformal"])]
-  for name, entry in results["calibrators"].items():
-    lines.append(f"{name:<14}" + "".join(
-        f"{c['coverage']:>9.3f} {c['mean_set_size']:>7.2f}" + " "
-        for c in entry["conformal"].values()))
-  lines.append("(coverage, mean set size)")
+  lines += _conformal_lines(results)
   for part, title in (("failure", "wrong predictions"), ("ood", "OOD vs test")):
     if part in results:
       lines += ["", f"{title:<20}{'AUROC':>8}{'AUPR':>8}{'FPR95':>8}"]
       lines += [f"{name:<20}{d['auroc']:>8.4f}{d['aupr']:>8.4f}{d['fpr_at_95_tpr']:>8.4f}"
                 for name, d in results[part].items()]
   return "\n".join(lines + ensembles.format_lines(results))
+
+
+def _conformal_lines(results: dict[str, Any]) -> list[str]:
+  """The conformal table: a row per calibrator and set, `coverage  size  worst class` per α."""
+  entries = {name: entry["conformal"] for name, entry in results["calibrators"].items()}
+  keys = list(next(iter(entries.values())))
+  alphas = list(dict.fromkeys(key.rsplit("@", 1)[1] for key in keys))
+  sets = list(dict.fromkeys(key.rsplit("@", 1)[0] for key in keys))
+  lines = ["", f"{'conformal sets':<25}" + "".join(f"{'alpha=' + a:>21}" for a in alphas)]
+  for name, conformal_entry in entries.items():
+    for method in sets:
+      cells = []
+      for a in alphas:
+        c = conformal_entry.get(f"{method}@{a}")
+        cells.append(f"{'-':>21}" if c is None else f"{c['coverage']:>8.3f}"
+                     f"{c['mean_set_size']:>7.2f}{c['worst_class_coverage']:>6.2f}")
+      lines.append(f"{name:<14}{method:<11}" + "".join(cells))
+  lines.append("(coverage, mean set size, worst class's coverage; -class: a threshold per class)")
+  return lines
 
 
 PREDICTIONS_DIR = "eval_predictions"
@@ -328,11 +420,11 @@ def _one_model(logits: Any) -> np.ndarray:
 
 
 def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any], *,
-                reliability_file: str = "reliability.png") -> dict[str, str]:
+                reliability_file: str = "reliability.png",
+                calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
-  ECE, refitted on val) and `smooth_reliability.png` (the raw logits) into `out_dir`; returns
-  their paths."""
-  import os
+  ECE: from `calibrators`, `fit_and_evaluate`'s, or refitted on val) and
+  `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
   from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
   test_x = jnp.asarray(_one_model(arrays["test_logits"]), jnp.float32)
@@ -342,9 +434,9 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   panels = {"raw logits": (raw, test_y)}
   if fitted:
     best = min(fitted, key=lambda k: fitted[k]["test"]["ece"])
-    calibrator = posthoc.fit_calibrator(best, jnp.asarray(_one_model(arrays["val_logits"]),
-                                                          jnp.float32),
-                                        jnp.asarray(arrays["val_labels"], jnp.int32))
+    calibrator = (calibrators or {}).get(best) or posthoc.fit_calibrator(
+        best, jnp.asarray(_one_model(arrays["val_logits"]), jnp.float32),
+        jnp.asarray(arrays["val_labels"], jnp.int32))
     panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
   return {
       "reliability": plotting.reliability_diagrams(
@@ -354,14 +446,12 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   }
 
 
-def write_report(out_dir: str, arrays: Mapping[str, np.ndarray],
-                 results: dict[str, Any]) -> dict[str, str]:
+def write_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any],
+                 calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
   """Writes `metrics.json` and the plots of `plot_report` (`reliability.png`,
-  `smooth_reliability.png`) to `out_dir`; returns the files written."""
-  import json
-  import os
+  `smooth_reliability.png`; `calibrators` as there) to `out_dir`; returns the files written."""
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
-           **plot_report(out_dir, arrays, results)}
+           **plot_report(out_dir, arrays, results, calibrators=calibrators)}
   with open(files["metrics"], "w") as f:
     json.dump({**results, "files": files}, f, indent=2, sort_keys=True)
   return files

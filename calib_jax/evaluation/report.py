@@ -19,7 +19,6 @@ and `write(out_dir)` draws `reliability.png` (PreT and PosT), `risk_coverage.png
 models side by side with `plotting.reliability_diagrams`). Its sibling `maps.MapReport` draws
 class activation maps or confidence maps; `run.evaluate_run` runs both on a trained run.
 """
-import dataclasses
 import functools
 import os
 from typing import Any
@@ -31,6 +30,7 @@ from absl import logging
 
 from calib_jax import metrics, posthoc
 from calib_jax.evaluation import validation
+from calib_jax.experiment import Experiment
 from calib_jax.training import step as step_lib
 
 RELIABILITY_FILE = "reliability.png"
@@ -157,7 +157,7 @@ class CalibrationReport:
   docstring): built once from an `experiment.Experiment`, `run(variables)` returns the results
   dict and `write(out_dir)` the files of the last run."""
 
-  def __init__(self, experiment: Any, split: str = "test"):
+  def __init__(self, experiment: Experiment, split: str = "test"):
     self.experiment, self.split = experiment, split
     self.settings = experiment.config.eval
     self.predict = step_lib.make_predict_fn(experiment.model, experiment.mesh)

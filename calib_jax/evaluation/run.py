@@ -26,6 +26,7 @@ from calib_jax import experiment as experiment_lib
 from calib_jax import sweep as sweep_lib
 from calib_jax import ensemble as ensemble_lib
 from calib_jax.evaluation import ensembles, maps, predictions, report, toolkit, validation
+from calib_jax.experiment import weights as weights_lib
 from calib_jax.training import checkpoint as checkpoint_lib
 from calib_jax.training import parallel
 from calib_jax.training import step as step_lib
@@ -104,7 +105,6 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     WeightFileError: a `weights` file that does not fit the config's model.
     ValueError: `member` is missing for a sweep, given for a single run, or out of range.
   """
-  from calib_jax.experiment import weights as weights_lib
   parsed = sweep_lib.parse(config)
   if parsed is not None and (member is None or weights):
     raise ValueError(f"{workdir} is a sweep of {parsed.size} members: evaluate one with "
@@ -197,7 +197,7 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
     chosen = [indices[i] for i in positions]
     val_x, test_x = val_x[positions], test_x[positions]
     indices = chosen
-  results = predictions.evaluate_predictions(
+  results, fitted = predictions.fit_and_evaluate(
       val_x, val_y, test_x, test_y, calibrators=tuple(e.calibrators),
       alphas=tuple(e.conformal_alphas), num_bins=e.num_bins,
       bootstrap_samples=e.bootstrap_samples, seed=config.seed)
@@ -210,7 +210,7 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
     out_dir = os.path.join(eval_dir(workdir, split), ENSEMBLE_DIR)
     arrays = {"val_logits": ensembles.ensemble_logits(val_x), "val_labels": val_y,
               "test_logits": ensembles.ensemble_logits(test_x), "test_labels": test_y}
-    results["files"] = predictions.write_report(out_dir, arrays, results)
+    results["files"] = predictions.write_report(out_dir, arrays, results, fitted)
   return results
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from calib_jax.evaluation import predictions, validation
+from calib_jax.experiment import Experiment
 from calib_jax.evaluation.report import CalibrationReport
 
 RELIABILITY_FILE = "posthoc_reliability.png"
@@ -43,11 +44,12 @@ class PosthocReport:
   """The toolkit report of one split (see the module docstring). `run(variables)` needs the
   sibling `CalibrationReport` to have run on the same variables."""
 
-  def __init__(self, experiment: Any, split: str, calibration: CalibrationReport):
+  def __init__(self, experiment: Experiment, split: str, calibration: CalibrationReport):
     self.experiment, self.split, self.calibration = experiment, split, calibration
     self.settings = experiment.config.eval
     self._arrays: dict[str, np.ndarray] | None = None
     self._results: dict[str, Any] | None = None
+    self._calibrators: dict[str, Any] = {}
 
   def ood_logits(self, variables: dict[str, Any]) -> np.ndarray | None:
     """The model's logits of the `eval.ood` set (None without one)."""
@@ -73,7 +75,7 @@ class PosthocReport:
     ood = self.ood_logits(variables)
     if ood is not None:
       arrays["ood_logits"] = _subsample({"x": ood}, e.toolkit_max_samples, seed + 2)["x"]
-    results = predictions.evaluate_predictions(
+    results, self._calibrators = predictions.fit_and_evaluate(
         **arrays, calibrators=tuple(e.calibrators), alphas=tuple(e.conformal_alphas),
         num_bins=e.num_bins, bootstrap_samples=e.bootstrap_samples, seed=seed)
     results["fit_split"], results["report_split"] = e.fit_split, self.split
@@ -87,7 +89,8 @@ class PosthocReport:
     if self._results is None:
       raise RuntimeError("PosthocReport.write needs a run() first")
     files = predictions.plot_report(out_dir, self._arrays, self._results,
-                                    reliability_file=RELIABILITY_FILE)
+                                    reliability_file=RELIABILITY_FILE,
+                                    calibrators=self._calibrators)
     return {f"posthoc_{k}" if k == "reliability" else k: v for k, v in files.items()}
 
 

@@ -48,13 +48,14 @@ def accumulators(meta: Any, num_bins: int, *, classwise: bool,
 def split_logits(experiment: Experiment, predict: Callable[[Any, Any], jax.Array],
                  variables: Any, role: str) -> tuple[np.ndarray, np.ndarray]:
   """A split's logits `[N, C]` and labels `[N]` on the host (padding removed), from the jitted
-  `predict(variables, batch)` (`step.make_predict_fn`)."""
+  `predict(variables, batch)` (`step.make_predict_fn`), gathered from every process (`to_host`:
+  each process reads its share of a batch, every process gets the whole split)."""
   logits, labels = [], []
   for batch in experiment.data.eval_stream(role, experiment.mesh,
                                            max_examples=experiment.config.eval.max_examples):
-    valid = np.asarray(batch["mask"]).astype(bool)
-    logits.append(np.asarray(predict(variables, batch))[valid])
-    labels.append(np.asarray(batch["label"])[valid])
+    valid = to_host(batch["mask"]).astype(bool)
+    logits.append(to_host(predict(variables, batch))[valid])
+    labels.append(to_host(batch["label"])[valid])
   num_classes = experiment.meta.num_classes
   return (np.concatenate(logits).reshape(-1, num_classes),
           np.concatenate(labels).reshape(-1))

@@ -95,7 +95,6 @@ class Experiment:
     schedule = self.config.loss_schedule
     if schedule.name == "none":
       return None
-    from calib_jax import losses  # Deferred as in `build`.
     hparam = schedule.hparam
     configured = {**losses.default_hparams(self.config.loss), **self.config.loss_kwargs.to_dict()}
     start = (values or {}).get(hparam, configured[hparam])
@@ -195,7 +194,7 @@ def build(config: ml_collections.ConfigDict, *,
     ConfigError: (a `ValueError`) listing every problem of the config, one per line.
   """
   num_devices = len(jax.devices() if devices is None else devices)
-  problems, member_shards = sweep_spec.check(config, num_devices)
+  problems, member_shards = sweep_spec.check(config, num_devices, jax.process_count())
   mesh = parallel.make_mesh(devices, member_shards)
   # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
   problems = problems_lib.config_problems(config, num_devices // member_shards) + problems

@@ -191,7 +191,9 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
 
   Returns:
     dict of float32 scalars: `value` (the metric on the data), `lower`, `upper` (the
-    percentile interval) and `std` (the bootstrap standard error).
+    percentile interval) and `std` (the bootstrap standard error). A metric whose value is an
+    array (several metrics at once, e.g. one per calibrator, on the same resamples) gets
+    arrays of that shape: one interval per element.
   """
   _check(metric_fn, arrays, num_samples, confidence, mask)
   if batch_size is not None and (isinstance(batch_size, bool)
@@ -208,7 +210,15 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
     arrays = (_packed_top_label(*arrays),)  # after `value`: its checks see the given arrays
   batch = batch_size or _batch_size(arrays, mask, num_samples)
   samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label)
+  return _interval(samples, jnp.asarray(value, jnp.float32), confidence)
+
+
+@jax.jit
+def _interval(samples, value, confidence):
+  """The percentile interval and standard error of `samples [num_samples, ...]` along axis 0,
+  one program (a metric with a vector value gets one interval per element)."""
+  samples = samples.astype(jnp.float32)
   tail = (1.0 - confidence) / 2.0
-  lower, upper = jnp.quantile(samples.astype(jnp.float32), jnp.array([tail, 1.0 - tail]))
-  return {"value": jnp.asarray(value, jnp.float32), "lower": lower, "upper": upper,
-          "std": jnp.std(samples.astype(jnp.float32), ddof=1)}
+  lower, upper = jnp.quantile(samples, jnp.stack([tail, 1.0 - tail]), axis=0)
+  return {"value": value, "lower": lower, "upper": upper,
+          "std": jnp.std(samples, axis=0, ddof=1)}

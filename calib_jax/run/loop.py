@@ -133,7 +133,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   experiment = experiment_lib.build(config, devices=devices)
   log_lib.check_workdir(workdir)
   trainee = make_trainee(experiment)
-  log_lib.save_config(config, workdir)
   checkpointer = checkpoint_lib.Checkpointer(
       workdir, save_every_steps=config.checkpoint_every_steps,
       max_to_keep=config.keep_checkpoints)
@@ -142,6 +141,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   except BaseException:
     checkpointer.close()
     raise
+  # After the restore: a config whose model does not fit the checkpoint leaves the run's own.
+  log_lib.save_config(config, workdir)
   start_step = int(np.max(jax.device_get(state.step)))  # a population's members agree
   if start_step >= experiment.length.total_steps:
     return _already_trained(trainee, state, checkpointer, workdir)

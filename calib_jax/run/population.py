@@ -20,7 +20,11 @@ and a member's gradients are all-reduced like a single run's. With `sweep_member
 1 the mesh is 2-D, `(member, data)`: the stacked state is split along its member axis over the
 m member shards and each batch over the `devices / m` data shards, so a device holds P/m
 members and computes them on a larger share of the batch (fewer, larger matrix products, and
-P/m of the parameters per device).
+P/m of the parameters per device). Across processes each member shard takes an equal share of
+every process's devices (`parallel.make_mesh`): every process feeds its share of every batch of
+every stream, as for a single run, and its devices hold every member shard, so each process can
+read every member's step and variables; `sweep.json` is made from logits gathered from all
+processes (`validation.split_logits`).
 """
 import os
 from collections.abc import Iterator

@@ -176,11 +176,13 @@ def parse(config: ml_collections.ConfigDict) -> Sweep | None:
   return Sweep(tuple(fields), members)
 
 
-def check(config: ml_collections.ConfigDict, num_devices: int | None = None
-          ) -> tuple[list[str], int]:
+def check(config: ml_collections.ConfigDict, num_devices: int | None = None,
+          num_processes: int = 1) -> tuple[list[str], int]:
   """The sweep's problems, one line each, and the mesh's member shards
   (`config.sweep_member_shards` where it is valid, else 1): what `experiment.build` needs of
-  the sweep, in one pass."""
+  the sweep, in one pass. Across `num_processes` > 1 processes each member shard takes an
+  equal share of every process's devices (`parallel.make_mesh`), so the shards must also
+  divide each process's devices."""
   try:
     parsed = parse(config)
   except SweepError as e:
@@ -199,6 +201,9 @@ def check(config: ml_collections.ConfigDict, num_devices: int | None = None
                     "members")
   if num_devices is not None and num_devices % shards:
     problems.append(f"sweep_member_shards={shards} does not divide the {num_devices} devices")
+  elif num_devices is not None and num_processes > 1 and (num_devices // num_processes) % shards:
+    problems.append(f"sweep_member_shards={shards} does not divide each of the {num_processes} "
+                    f"processes' {num_devices // num_processes} devices")
   return problems, 1 if problems else shards
 
 

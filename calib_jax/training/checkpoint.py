@@ -13,15 +13,25 @@ newer ones it could not read are listed in `skipped` (step and a short reason) f
 report, and `set_aside` moves them (never deletes them) to `<workdir>/unreadable_checkpoints/`
 so training can save those steps again. When none can be read, or an explicitly requested step
 cannot, `UnreadableCheckpointError` (a ValueError) says which and why.
+
+A checkpoint written by a run of another config (another width, number of classes, optimiser,
+sweep population...) is not damaged: its metadata is compared with the arrays asked for before
+anything is read, and a difference is a `CheckpointMismatchError` (a ValueError) naming the
+arrays, never "unreadable". A read that fails ends with its one exception: orbax's event loops
+let tensorstore's other reads of that checkpoint finish before they close, so no late
+traceback is printed.
 """
+import asyncio
+import contextlib
 import os
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from absl import logging
+from jax.experimental import multihost_utils
 
 CHECKPOINT_SUBDIR = "checkpoints"
 UNREADABLE_SUBDIR = "unreadable_checkpoints"
@@ -45,24 +55,76 @@ def checkpoint_dir(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), CHECKPOINT_SUBDIR)
 
 
-def _quiet_closed_loop_errors() -> None:
-  """Sends tensorstore's late 'Event loop is closed' errors to the log instead of stderr, from
-  the first failed checkpoint read on (for the rest of the process: they arrive late): after a
-  failed read, orbax closes its event loop while tensorstore still completes the other reads of
-  that checkpoint, and each completion would print a traceback through `sys.unraisablehook`."""
-  previous = sys.unraisablehook
-  if getattr(previous, "calib_jax_quiet", False):
-    return
+class CheckpointMismatchError(ValueError):
+  """A checkpoint whose files are fine but whose arrays (shapes or tree) are not those asked for:
+  it was written by a run of another config. `differences` lists them, e.g.
+  `'params.head.kernel: stored (8, 10), wanted (8, 4)'`."""
 
-  def hook(unraisable) -> None:
-    if (isinstance(unraisable.exc_value, RuntimeError)
-        and "Event loop is closed" in str(unraisable.exc_value)):
-      logging.debug("After a failed checkpoint read: %s", unraisable.exc_value)
-    else:
-      previous(unraisable)
+  def __init__(self, message: str, differences: list[str]):
+    super().__init__(message)
+    self.differences = differences
 
-  hook.calib_jax_quiet = True
-  sys.unraisablehook = hook
+
+def _path_name(path: tuple[Any, ...]) -> str:
+  """'opt_state.1.trace.conv0.kernel' for a pytree key path (dict keys, attributes and sequence
+  indices alike, so a `TrainState` and the nested dicts and lists of orbax's metadata match)."""
+  parts = (getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path)
+  return ".".join(str(p) for p in parts)
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {_path_name(path): tuple(getattr(leaf, "shape", None) or ()) for path, leaf in leaves}
+
+
+def tree_differences(stored: Any, wanted: Any, *, partial: bool = False) -> list[str]:
+  """How the arrays of `wanted` (a pytree of `jax.ShapeDtypeStruct`) differ from `stored` (a
+  checkpoint's metadata tree): shapes first, then arrays only one side has (with `partial`, arrays
+  only the checkpoint has are fine). Dtypes are not compared: orbax casts on restore."""
+  have, need = _shapes(stored), _shapes(wanted)
+  shapes = [f"{name}: stored {have[name]}, wanted {shape}" for name, shape in need.items()
+            if name in have and have[name] != shape]
+  missing = [f"{name}: not in the checkpoint" for name in need if name not in have]
+  extra = [] if partial else [f"{name}: only in the checkpoint" for name in have
+                              if name not in need]
+  return shapes + missing + extra
+
+
+class _DrainingEventLoop(asyncio.SelectorEventLoop):
+  """An event loop that, when closed, first lets its unfinished tasks end and takes their
+  exceptions. When one array read of a checkpoint fails, orbax's `asyncio.gather` raises at once
+  and its runner closes the loop while tensorstore still completes the checkpoint's other reads:
+  each would print a traceback ("Event loop is closed", "Task exception was never retrieved")."""
+
+  def close(self) -> None:
+    if not self.is_running() and not self.is_closed():
+      pending = asyncio.all_tasks(self)
+      if pending:
+        self.run_until_complete(asyncio.wait(pending, timeout=_DRAIN_SECONDS))
+        for task in pending:
+          if task.done() and not task.cancelled():
+            task.exception()  # retrieved: a failed read was already reported by the first one
+    super().close()
+
+
+class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
+  def new_event_loop(self) -> asyncio.AbstractEventLoop:
+    return _DrainingEventLoop()
+
+
+_DRAIN_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def _reads_awaited() -> Iterator[None]:
+  """While a checkpoint is read, orbax's event loops (`asyncio.new_event_loop`) are
+  `_DrainingEventLoop`s, so a failed read ends with its one exception and nothing printed."""
+  previous = asyncio.get_event_loop_policy()
+  asyncio.set_event_loop_policy(_DrainingPolicy())
+  try:
+    yield
+  finally:
+    asyncio.set_event_loop_policy(previous)
 
 
 class Checkpointer:
@@ -130,9 +192,12 @@ class Checkpointer:
 
     Raises:
       FileNotFoundError: no checkpoint (or none of `step`).
+      CheckpointMismatchError: the checkpoint holds other shapes or another tree than
+        `abstract_state` (a run of another config); nothing is read.
       UnreadableCheckpointError: `step` cannot be read, or (`step` None) none can.
     """
     def read(at: int) -> tuple[Any, dict[str, Any]]:
+      self._check_tree(at, abstract_state, partial=False)
       restored = self._manager.restore(
           at, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
                                       meta=ocp.args.JsonRestore()))
@@ -151,11 +216,13 @@ class Checkpointer:
     Args:
       abstract_variables: `{'params': ..., 'batch_stats'?: ...}` of `jax.ShapeDtypeStruct`
         (with shardings), e.g. from `jax.eval_shape` of the model's init.
-      step: which checkpoint; None for the newest readable one (see `restore`).
+      step: which checkpoint; None for the newest readable one (see `restore`, which also
+        says what is raised).
     """
     wanted = {k: v for k, v in abstract_variables.items() if v}  # no empty batch_stats
 
     def read(at: int) -> tuple[dict[str, Any], dict[str, Any]]:
+      self._check_tree(at, wanted, partial=True)
       restored = self._manager.restore(at, args=ocp.args.Composite(
           state=ocp.args.PyTreeRestore(
               item=wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
@@ -167,9 +234,25 @@ class Checkpointer:
     logging.info("Restored the variables of checkpoint %d from %s", step, self.directory)
     return result
 
+  def _check_tree(self, step: int, wanted: Any, *, partial: bool) -> None:
+    """Raises `CheckpointMismatchError` when checkpoint `step`'s arrays (from its metadata; no
+    array is read) are not `wanted`'s shapes and tree (None: whatever is stored)."""
+    if wanted is None:
+      return
+    item = os.path.join(self.directory, str(step), "state")
+    stored = ocp.PyTreeCheckpointHandler().metadata(epath.Path(item))
+    differences = tree_differences(getattr(stored, "tree", stored), wanted, partial=partial)
+    if differences:
+      shown = "; ".join(differences[:3]) + (f"; {len(differences) - 3} more"
+                                           if len(differences) > 3 else "")
+      raise CheckpointMismatchError(
+          f"checkpoint {step} in {self.directory} holds other arrays than this config's model "
+          f"and state ({shown})", differences)
+
   def _read_newest(self, read: Callable[[int], _T], step: int | None) -> tuple[_T, int]:
     """`read(step)`, or with `step` None `read` of the newest step it succeeds on; the newer
-    steps it failed on go to `self.skipped` as (step, reason), each logged as a warning."""
+    steps it failed on go to `self.skipped` as (step, reason), each logged as a warning. A
+    `CheckpointMismatchError` is raised at once: the files are fine, the config is not theirs."""
     self.skipped = []
     steps = sorted(self._manager.all_steps(), reverse=True)
     if not steps:
@@ -179,16 +262,20 @@ class Checkpointer:
         raise FileNotFoundError(f"No checkpoint of step {step} in {self.directory} (steps on "
                                 f"disk: {', '.join(map(str, sorted(steps)))})")
       try:
-        return read(step), step
-      except Exception as e:  # pylint: disable=broad-except  # Any failure: unreadable.
-        _quiet_closed_loop_errors()
+        with _reads_awaited():
+          return read(step), step
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except  # Any other failure: unreadable.
         raise UnreadableCheckpointError(
             f"checkpoint {step} in {self.directory} is unreadable ({short_reason(e)})") from e
     for at in steps:
       try:
-        return read(at), at
-      except Exception as e:  # pylint: disable=broad-except  # Any failure: try an older one.
-        _quiet_closed_loop_errors()
+        with _reads_awaited():
+          return read(at), at
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except  # Any other failure: try an older one.
         self.skipped.append((at, short_reason(e)))
         logging.warning("Checkpoint %d in %s is unreadable: %s", at, self.directory, e)
     reasons = "; ".join(f"{at}: {why}" for at, why in self.skipped)
@@ -213,7 +300,6 @@ class Checkpointer:
         os.rename(os.path.join(self.directory, str(step)), target)
       moved.append(target)
     if jax.process_count() > 1:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
       multihost_utils.sync_global_devices("calib_jax_set_aside_checkpoints")
     self._manager.reload()
     return moved

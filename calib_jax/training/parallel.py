@@ -41,11 +41,21 @@ def maybe_initialize_distributed(multihost: bool) -> None:
 def make_mesh(devices: Sequence[jax.Device] | None = None, member_shards: int = 1) -> Mesh:
   """A 1-D mesh over `devices` (default: all devices of all processes); with `member_shards`
   > 1, a 2-D mesh `(member, data)` of that many member shards (a sweep's members split over
-  them) by `len(devices) / member_shards` data shards."""
+  them) by `len(devices) / member_shards` data shards.
+
+  Across processes each member shard takes an equal share of every process's devices (process
+  0's first), so the data axis spans all processes, each holding a contiguous block of it: each
+  process feeds its own share of every batch (`jax.make_array_from_process_local_data`), the
+  global batch is process 0's share then process 1's, as for the 1-D mesh, and a member shard's
+  gradient all-reduce is the single run's, across processes."""
   devices = jax.devices() if devices is None else list(devices)
   if member_shards == 1:
     return Mesh(np.asarray(devices), (DATA_AXIS,))
-  return Mesh(np.asarray(devices).reshape(member_shards, -1), (MEMBER_AXIS, DATA_AXIS))
+  processes = sorted({d.process_index for d in devices})
+  by_process = np.asarray([[d for d in devices if d.process_index == p] for p in processes])
+  # [processes, member_shards, local devices / member_shards] -> member-major.
+  grid = by_process.reshape(len(processes), member_shards, -1).transpose(1, 0, 2)
+  return Mesh(grid.reshape(member_shards, -1), (MEMBER_AXIS, DATA_AXIS))
 
 
 def data_shards(mesh: Mesh) -> int:

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 import jax
 import tqdm
+from absl import flags, logging
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
@@ -26,7 +27,6 @@ def _is_writer() -> bool:
 def warn(line: str) -> None:
   """A warning for the user: logged, and on process 0 also one line on stderr (unless absl
   already mirrors its log there, e.g. `--alsologtostderr`, or the console is not set up)."""
-  from absl import flags, logging  # pylint: disable=g-import-not-at-top
   logging.warning("%s", line)
   mirrored = any(flags.FLAGS[name].value for name in ("alsologtostderr", "logtostderr"))
   if _is_writer() and not mirrored:

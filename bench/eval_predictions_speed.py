@@ -1,0 +1,157 @@
+"""Whole-process speed of `eval.py --predictions` (and optionally `make demo`), as a user runs
+them (not a test): wall seconds, peak resident memory, programs compiled, load average.
+
+Inputs (made once into `--data_dir`):
+* `digits.npz`: a random forest's logits (log of its class probabilities, floored at 1e-4) on
+  scikit-learn's digits: trained on 717 digits, val = the next 540, test = the last 540
+  (10 classes);
+* `imagenet_like.npz` (`--large`): 50,000 × 1,000 overconfident synthetic logits
+  (`common.overconfident_logits`), val = the first 25,000, test = the other 25,000.
+
+Each run is a fresh `python eval.py --predictions=FILE --workdir=TMP` (cold or warm JAX
+compilation cache: `--cache=off|cold|warm`), timed from outside; peak RSS is the child's
+`ru_maxrss`. Programs compiled are counted in a second process running the same command
+with a `jax.monitoring` listener (`/jax/core/compile/backend_compile_duration` events; cache
+hits counted apart). The 1-min load average is printed beside each number.
+
+  /work/main/.venv/bin/python bench/eval_predictions_speed.py --runs=3
+  /work/main/.venv/bin/python bench/eval_predictions_speed.py --large --runs=1
+  /work/main/.venv/bin/python bench/eval_predictions_speed.py --demo
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Runs eval.py's program with compile counters; writes them as JSON to $CALIB_JAX_BENCH_COUNTS.
+_COUNTING = """
+import atexit, json, os, sys
+from jax import monitoring
+counts = {"compiled": 0, "cache_hits": 0, "compile_seconds": 0.0}
+def on_duration(event, seconds, **kw):
+  if event == "/jax/core/compile/backend_compile_duration":
+    counts["compiled"] += 1
+    counts["compile_seconds"] += seconds
+def on_event(event, **kw):
+  if event == "/jax/compilation_cache/cache_hits":
+    counts["cache_hits"] += 1
+monitoring.register_event_duration_secs_listener(on_duration)
+monitoring.register_event_listener(on_event)
+atexit.register(lambda: open(os.environ["CALIB_JAX_BENCH_COUNTS"], "w").write(json.dumps(counts)))
+sys.argv = ["eval.py"] + sys.argv[1:]
+sys.path.insert(0, os.getcwd())
+from calib_jax.cli import evaluate
+evaluate.run()
+"""
+
+
+def make_digits(path: str) -> None:
+  from sklearn.datasets import load_digits
+  from sklearn.ensemble import RandomForestClassifier
+  x, y = load_digits(return_X_y=True)
+  order = np.random.default_rng(0).permutation(len(y))
+  x, y = x[order], y[order]
+  train, val, test = slice(0, 717), slice(717, 1257), slice(1257, 1797)
+  forest = RandomForestClassifier(n_estimators=100, random_state=0).fit(x[train], y[train])
+  logits = lambda s: np.log(np.maximum(forest.predict_proba(x[s]), 1e-4)).astype(np.float32)
+  np.savez(path, val_logits=logits(val), val_labels=y[val], test_logits=logits(test),
+           test_labels=y[test])
+
+
+def make_large(path: str) -> None:
+  from common import overconfident_logits
+  z, y = overconfident_logits(50_000, 1000, seed=0)
+  np.savez(path, val_logits=z[:25_000], val_labels=y[:25_000], test_logits=z[25_000:],
+           test_labels=y[25_000:])
+
+
+def _load() -> str:
+  return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def timed(cmd, env, root=ROOT):
+  """(wall s, peak RSS MB, status, output), the RSS from wait4 of this child alone."""
+  start = time.perf_counter()
+  proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
+  chunks = []
+  while True:
+    data = proc.stdout.read(65536)
+    if not data:
+      break
+    chunks.append(data)
+  _, status, usage = os.wait4(proc.pid, 0)
+  proc.returncode = os.waitstatus_to_exitcode(status)
+  wall = time.perf_counter() - start
+  return wall, usage.ru_maxrss / 1024, proc.returncode, b"".join(chunks).decode(errors="replace")
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "calib_jax_bench"))
+  parser.add_argument("--runs", type=int, default=3)
+  parser.add_argument("--large", action="store_true", help="the 50,000 x 1,000 file")
+  parser.add_argument("--demo", action="store_true", help="time `python -m calib_jax.demo`")
+  parser.add_argument("--cache", default="off", choices=("off", "cold", "warm"),
+                      help="JAX compilation cache: off, cold (empty dir per run), warm")
+  parser.add_argument("--count", action="store_true", help="also count programs compiled")
+  parser.add_argument("--extra", default="", help="extra eval.py flags, space-separated")
+  parser.add_argument("--keep", default="", help="copy the last metrics.json here")
+  parser.add_argument("--root", default=ROOT, help="source checkout to run (e.g. an export of "
+                      "the commit before, for paired before/after runs)")
+  args = parser.parse_args()
+  os.makedirs(args.data_dir, exist_ok=True)
+  name = "imagenet_like.npz" if args.large else "digits.npz"
+  data = os.path.join(args.data_dir, name)
+  if not args.demo and not os.path.exists(data):
+    (make_large if args.large else make_digits)(data)
+  python = sys.executable
+  cache_dir = os.path.join(args.data_dir, "jax_cache_warm")
+  print(f"{'demo' if args.demo else name}, cache {args.cache}, {args.root}, git "
+        + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.root, text=True,
+                         capture_output=True).stdout.strip())
+  for i in range(args.runs):
+    work = tempfile.mkdtemp(prefix="evalspeed_")
+    env = dict(os.environ)
+    if args.cache == "off":
+      env["CALIB_JAX_COMPILATION_CACHE"] = "off"
+    else:
+      directory = cache_dir if args.cache == "warm" else os.path.join(work, "cache")
+      env["CALIB_JAX_COMPILATION_CACHE"] = directory
+    if args.demo:
+      cmd = [python, "-m", "calib_jax.demo", f"--workdir={work}/demo"]
+    else:
+      cmd = [python, "eval.py", f"--predictions={data}", f"--workdir={work}"] + args.extra.split()
+    load = _load()
+    wall, rss, status, out = timed(cmd, env, args.root)
+    line = f"run {i}: {wall:.1f} s, peak RSS {rss:.0f} MB, exit {status}, load before {load}"
+    if args.count and not args.demo:
+      env["CALIB_JAX_BENCH_COUNTS"] = os.path.join(work, "counts.json")
+      counted = [python, "-c", _COUNTING] + cmd[2:]
+      if args.cache == "cold":
+        shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
+      timed(counted, env, args.root)
+      with open(env["CALIB_JAX_BENCH_COUNTS"]) as f:
+        counts = json.load(f)
+      line += (f"; programs {counts['compiled']} (cache hits {counts['cache_hits']}, "
+               f"{counts['compile_seconds']:.1f} s)")
+    print(line, flush=True)
+    if status != 0 or i == 0:
+      print(out if status else "\n".join(out.splitlines()[:3]))
+    if args.keep and not args.demo:
+      shutil.copy(os.path.join(work, "eval_predictions", "metrics.json"), args.keep)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,16 +1,23 @@
 """Ensembles in the evaluation: a population's member-stacked logits `[M, N, C]`.
 
-An ensemble is reported as one model whose logits are `log p̄`, the log of its members'
-averaged softmax probabilities (`calib_jax.ensemble`): the whole calibration report, the
-post-hoc calibrators fitted on `log p̄`, conformal sets and failure / OOD detection. Beside
-it: each member's own accuracy, ECE, NLL, Brier and AURC, and the mean member (the mean of
-those over the members), and the ensemble's uncertainty scores (predictive entropy, expected
-entropy, mutual information, member disagreement) as failure- and OOD-detection scores.
+`predictions.evaluate_predictions` (and `eval.py --predictions`, `eval.py --ensemble`) takes
+member-stacked logits `[M, N, C]` in every logits array (or lists of M per-member arrays;
+`member_arrays` checks them). The ensemble is reported as one model whose logits are `log p̄`,
+the log of its members' averaged softmax probabilities (`calib_jax.ensemble`): the whole
+report (`calibrators`, fitted on `log p̄`; `conformal`; `failure`; `ood`). `add_to_report`
+adds
+
+* `ensemble`: `num_members`, `members` (each member's test `accuracy`, `ece`, `nll`, `brier`,
+  `aurc`), `mean_member` (their means over the members) and `ensemble` (the same keys of the
+  ensemble, from the raw row);
+* to `failure` (and `ood`): the ensemble's uncertainty scores `predictive_entropy`,
+  `expected_entropy`, `mutual_information` and `disagreement`, negated (a high uncertainty
+  flags a wrong prediction / an OOD sample).
 
 `parse_members` reads `--members=0,2,4`; `select_members` slices a stacked tree. (The split's
 stacked logits come from `validation.stacked_split_logits`.)
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -95,3 +102,66 @@ def select_members(indices: Sequence[int], tree: Any) -> Any:
   """The members `indices` of a stacked tree (leading axis M)."""
   index = np.asarray(indices)
   return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+# The member-stacked side of `predictions.fit_and_evaluate` (`eval.py --predictions`).
+
+
+def member_arrays(arrays: Mapping[str, Any], names: Sequence[str],
+                  error: type[ValueError]) -> dict[str, np.ndarray]:
+  """The arrays `names` of `arrays` (None left out) as numpy, a list of per-member logits
+  stacked `[M, N, C]`; member-stacked logits must be in every logits array or none, with one
+  M (else `error`, one line, `predictions.PredictionsError`)."""
+  out = {}
+  for name in names:
+    value = arrays.get(name)
+    if isinstance(value, (list, tuple)) and name.endswith("_logits"):
+      try:
+        value = ensemble.stack_members(value)
+      except ValueError as e:
+        raise error(f"predictions: {name}: {e}") from None
+    if value is not None:
+      out[name] = np.asarray(value)
+  logits = {k: v for k, v in out.items() if k.endswith("_logits")}
+  stacked = {k: v.shape[0] for k, v in logits.items() if v.ndim == 3}
+  if stacked and len(stacked) != len(logits):
+    flat = next(k for k in logits if k not in stacked)
+    raise error(f"predictions: {next(iter(stacked))} is member-stacked [M, N, C] but {flat} "
+                "is not; stack every logits array or none")
+  if len(set(stacked.values())) > 1:
+    sizes = ", ".join(f"{k} {m}" for k, m in stacked.items())
+    raise error(f"predictions: the members disagree in shape: {sizes} members (every "
+                "member-stacked logits array needs the same M)")
+  return out
+
+
+def split_members(arrays: dict[str, np.ndarray]
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+  """`(arrays with each member-stacked logits array replaced by its log p̄, the member-stacked
+  arrays)`; the second is empty for a single model's `[N, C]` logits."""
+  members = {k: v for k, v in arrays.items() if k.endswith("_logits") and v.ndim == 3}
+  return {**arrays, **{k: ensemble_logits(v) for k, v in members.items()}}, members
+
+
+def one_model(logits: Any) -> np.ndarray:
+  """`[N, C]` logits as they are; member-stacked `[M, N, C]` as the ensemble's `log p̄`."""
+  return ensemble_logits(logits) if np.ndim(logits) == 3 else np.asarray(logits)
+
+
+def add_to_report(results: dict[str, Any], members: Mapping[str, np.ndarray], test_labels: Any,
+                  wrong: Any, num_bins: int, detect: Callable) -> dict[str, Any]:
+  """Adds an ensemble's part to `predictions.fit_and_evaluate`'s `results` (returned; as they
+  are without `members`): `ensemble` (each member and the mean member on the test split beside
+  the ensemble's row) and the ensemble scores in `failure` (and `ood`), by `detect(scores,
+  positives)`."""
+  if not members:
+    return results
+  raw = results["calibrators"]["raw"]["test"]
+  results["ensemble"] = {**member_results(members["test_logits"], test_labels, num_bins),
+                         "ensemble": {k: raw[k] for k in MEMBER_KEYS}}
+  results["failure"].update(detect(ensemble_scores(members["test_logits"]), wrong))
+  if "ood_logits" in members:
+    both = np.concatenate([members["test_logits"], members["ood_logits"]], axis=1)
+    is_ood = np.arange(both.shape[1]) >= members["test_logits"].shape[1]
+    results["ood"].update(detect(ensemble_scores(both), is_ood))
+  return results

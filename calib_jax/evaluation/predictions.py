@@ -28,13 +28,7 @@ The validation split fits; the test split is reported:
 * `ood` (with `ood_logits`): detecting the OOD samples (positives) among the test split and the
   OOD set by the same scores: `auroc`, `aupr` (AUPR-Out) and `fpr_at_95_tpr` (the share of test
   samples flagged when 95 % of the OOD set is);
-* `ensemble` (with member-stacked logits `[M, N, C]` in every logits array, or lists of M
-  per-member arrays): the report above is the ensemble's, on `log p̄` (the members' averaged
-  softmax probabilities, `calib_jax.ensemble`) as its logits, calibrators fitted on it; here
-  each member's and the mean member's test `accuracy`, `ece`, `nll`, `brier`, `aurc` beside
-  the ensemble's; `failure` (and `ood`) add the ensemble's uncertainty scores
-  `predictive_entropy`, `expected_entropy`, `mutual_information` and `disagreement` (negated:
-  a high uncertainty flags a wrong prediction).
+* `ensemble` and more scores, for member-stacked logits `[M, N, C]`: `evaluation.ensembles`.
 
 Bad inputs raise `PredictionsError` (a `ValueError`), one line naming the array and the problem.
 """
@@ -50,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax import conformal, ensemble, metrics, posthoc
+from calib_jax import conformal, metrics, posthoc
 from calib_jax.evaluation import ensembles
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
@@ -71,17 +65,15 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
   if missing:
     raise PredictionsError(f"predictions: missing array {missing[0]!r} (needed: "
                            f"{', '.join(REQUIRED)}; optional: {', '.join(OPTIONAL)})")
-  out = {k: _as_array(k, arrays[k]) for k in REQUIRED + OPTIONAL if arrays.get(k) is not None}
+  out = ensembles.member_arrays(arrays, REQUIRED + OPTIONAL, PredictionsError)  # [M, N, C] too
   num_classes = None
-  _check_members(out)
   for name in ("val_logits", "test_logits", "ood_logits"):
     if name not in out:
       continue
     logits = out[name]
     if logits.ndim not in (2, 3) or not np.issubdtype(logits.dtype, np.floating):
-      raise PredictionsError(f"predictions: {name} must be a float array [N, C] (or "
-                             f"member-stacked [M, N, C]), got {logits.dtype} "
-                             f"{list(logits.shape)}")
+      raise PredictionsError(f"predictions: {name} must be a float array [N, C] or [M, N, C], got "
+                             f"{logits.dtype} {list(logits.shape)}")
     if num_classes is None:
       num_classes = logits.shape[-1]
     if logits.shape[-1] != num_classes or num_classes < 2:
@@ -105,30 +97,6 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
       raise PredictionsError(f"predictions: {split}_labels holds {outside[0]}, outside [0, "
                              f"{num_classes}) ({outside.size} such label(s))")
   return out
-
-
-def _as_array(name: str, value: Any) -> np.ndarray:
-  """An array of the predictions; a list of per-member logits arrays is stacked `[M, N, C]`."""
-  if isinstance(value, (list, tuple)) and name.endswith("_logits"):
-    try:
-      return np.asarray(ensemble.stack_members(value))
-    except ValueError as e:
-      raise PredictionsError(f"predictions: {name}: {e}") from None
-  return np.asarray(value)
-
-
-def _check_members(out: dict[str, np.ndarray]) -> None:
-  """Member-stacked logits `[M, N, C]` in every logits array or none, with one M."""
-  logits = {k: v for k, v in out.items() if k.endswith("_logits")}
-  stacked = {k: v.shape[0] for k, v in logits.items() if v.ndim == 3}
-  if stacked and len(stacked) != len(logits):
-    flat = next(k for k in logits if k not in stacked)
-    raise PredictionsError(f"predictions: {next(iter(stacked))} is member-stacked [M, N, C] "
-                           f"but {flat} is not; stack every logits array or none")
-  if len(set(stacked.values())) > 1:
-    sizes = ", ".join(f"{k} {m}" for k, m in stacked.items())
-    raise PredictionsError(f"predictions: the members disagree in shape: {sizes} members (every "
-                           "member-stacked logits array needs the same M)")
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
@@ -263,8 +231,7 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
   Args:
     val_logits, val_labels: the fit split, `[N_val, C]` and `[N_val]`.
     test_logits, test_labels: the reported split, `[N_test, C]` and `[N_test]`.
-    ood_logits: optional `[N_ood, C]` logits of an out-of-distribution set.
-    (An ensemble's logits are member-stacked, `[M, N, C]`, in every logits array.)
+    ood_logits: optional `[N_ood, C]` OOD logits (every logits array `[M, N, C]`: an ensemble).
     calibrators: names of `posthoc.calibrator_names()`, each fitted on val.
     alphas: miscoverage levels of the conformal sets (target coverage 1 − alpha).
     num_bins: bins of the binned calibration errors.
@@ -275,16 +242,13 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
     PredictionsError: a missing array, a shape mismatch, NaN logits, labels out of range.
     ValueError: an unknown calibrator (with the valid names).
   """
-  arrays = check_predictions({"val_logits": val_logits, "val_labels": val_labels,
-                              "test_logits": test_logits, "test_labels": test_labels,
-                              "ood_logits": ood_logits})
+  arrays, members = ensembles.split_members(check_predictions({  # an ensemble's: its log p̄
+      "val_logits": val_logits, "val_labels": val_labels, "test_logits": test_logits,
+      "test_labels": test_labels, "ood_logits": ood_logits}))
   unknown = [c for c in calibrators if c not in posthoc.calibrator_names()]
   if unknown:
     raise ValueError(f"unknown calibrator {unknown[0]!r}; valid names: "
                      f"{', '.join(posthoc.calibrator_names())}")
-  members = {k: v for k, v in arrays.items() if k.endswith("_logits") and v.ndim == 3}
-  if members:  # An ensemble: reported as one model whose logits are log p̄.
-    arrays = {**arrays, **{k: ensembles.ensemble_logits(v) for k, v in members.items()}}
   val_x = jnp.asarray(arrays["val_logits"], jnp.float32)
   test_x = jnp.asarray(arrays["test_logits"], jnp.float32)
   val_y = jnp.asarray(arrays["val_labels"].astype(np.int32))
@@ -340,23 +304,7 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
     is_ood = np.arange(both.shape[0]) >= test_x.shape[0]
     results["num_ood"] = int(arrays["ood_logits"].shape[0])
     results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
-  if members:
-    _add_ensemble(results, members, test_y, wrong, num_bins)
-  return results, fitted
-
-
-def _add_ensemble(results: dict[str, Any], members: dict[str, np.ndarray], test_y: jax.Array,
-                  wrong: jax.Array, num_bins: int) -> None:
-  """Each member and the mean member on the test split, beside the ensemble's row, and the
-  ensemble's uncertainty scores in `failure` (and `ood`)."""
-  raw = results["calibrators"]["raw"]["test"]
-  results["ensemble"] = {**ensembles.member_results(members["test_logits"], test_y, num_bins),
-                         "ensemble": {k: raw[k] for k in ensembles.MEMBER_KEYS}}
-  results["failure"].update(_detection(ensembles.ensemble_scores(members["test_logits"]), wrong))
-  if "ood_logits" in members:
-    both = np.concatenate([members["test_logits"], members["ood_logits"]], axis=1)
-    is_ood = jnp.arange(both.shape[1]) >= members["test_logits"].shape[1]
-    results["ood"].update(_detection(ensembles.ensemble_scores(both), is_ood))
+  return ensembles.add_to_report(results, members, test_y, wrong, num_bins, _detection), fitted
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -414,11 +362,6 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     raise PredictionsError(f"predictions: {path} is not a readable .npz file ({e})") from None
 
 
-def _one_model(logits: Any) -> np.ndarray:
-  """`[N, C]` logits as they are; member-stacked `[M, N, C]` as the ensemble's `log p̄`."""
-  return ensembles.ensemble_logits(logits) if np.ndim(logits) == 3 else np.asarray(logits)
-
-
 def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any], *,
                 reliability_file: str = "reliability.png",
                 calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
@@ -427,7 +370,7 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
   from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
-  test_x = jnp.asarray(_one_model(arrays["test_logits"]), jnp.float32)
+  test_x = jnp.asarray(ensembles.one_model(arrays["test_logits"]), jnp.float32)
   test_y = np.asarray(arrays["test_labels"])
   raw = jax.nn.softmax(test_x, -1)
   fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
@@ -435,7 +378,7 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   if fitted:
     best = min(fitted, key=lambda k: fitted[k]["test"]["ece"])
     calibrator = (calibrators or {}).get(best) or posthoc.fit_calibrator(
-        best, jnp.asarray(_one_model(arrays["val_logits"]), jnp.float32),
+        best, jnp.asarray(ensembles.one_model(arrays["val_logits"]), jnp.float32),
         jnp.asarray(arrays["val_labels"], jnp.int32))
     panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
   return {

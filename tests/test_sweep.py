@@ -259,6 +259,7 @@ def test_eval_reports_the_members_as_one_ensemble(trained_sweep):
   workdir = str(tmp_path / "sweep")
   config = config.copy_and_resolve_references()
   config.eval.calibrators, config.eval.bootstrap_samples = ("temperature",), 0
+  config.eval.ood = "val"  # any set: it goes through the same stacked program
   results = evaluation.evaluate_ensemble(config, workdir, members=[0, 2, 3])
   written = summary.read(workdir)["members"]
   part = results["ensemble"]
@@ -270,6 +271,8 @@ def test_eval_reports_the_members_as_one_ensemble(trained_sweep):
       np.mean([written[i]["test"]["nll"] for i in (0, 2, 3)]), abs=1e-5)
   assert part["ensemble"]["nll"] <= part["mean_member"]["nll"]  # Jensen
   assert {"mutual_information", "disagreement"} <= set(results["failure"])
+  assert results["ood_set"] == "val" and results["num_ood"] > 0
+  assert {"msp", "mutual_information"} <= set(results["ood"])
   assert os.path.exists(os.path.join(evaluation.eval_dir(workdir, "test"), "ensemble",
                                      "metrics.json"))
   assert evaluation.format_ensemble(results).startswith(

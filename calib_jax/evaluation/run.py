@@ -156,7 +156,8 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
   member-stacked logits `[M, N, C]` get `predictions.evaluate_predictions`' report: the
   ensemble (its logits `log p̄`, the members' averaged probabilities) with the post-hoc
   calibrators fitted on the fit split, each member and the mean member, and the ensemble's
-  uncertainty scores as failure-detection scores. With `greedy=K`, the K distinct members with
+  uncertainty scores as failure-detection scores (and OOD detection against `eval.ood`, whose
+  set runs through the same program). With `greedy=K`, the K distinct members with
   the lowest fit-split NLL of their average are chosen first (`ensemble.greedy_select`,
   Caruana et al.'s forward selection, without replacement) among `members`. Results go to
   `<workdir>/eval_<split>/ensemble/`.
@@ -190,20 +191,29 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
   e = config.eval
   val_x, val_y = validation.stacked_split_logits(experiment, predict, variables, e.fit_split)
   test_x, test_y = validation.stacked_split_logits(experiment, predict, variables, split)
+  ood_x = None
+  if e.ood:  # The OOD set through the same stacked program (`eval.ood`, as the toolkit's).
+    ood_x, _ = validation.stacked_logits(predict, variables, experiment.data.ood_stream(
+        e.ood, split, experiment.mesh, max_examples=e.max_examples), experiment.meta.num_classes)
+    if not ood_x.shape[1]:
+      raise ValueError(f"eval.ood={e.ood!r} holds no samples")
   chosen = None
   if greedy is not None:
     positions = [int(i) for i in ensemble_lib.greedy_select(val_x, val_y, greedy,
                                                             with_replacement=False)]
     chosen = [indices[i] for i in positions]
     val_x, test_x = val_x[positions], test_x[positions]
+    ood_x = None if ood_x is None else ood_x[positions]
     indices = chosen
   results, fitted = predictions.fit_and_evaluate(
-      val_x, val_y, test_x, test_y, calibrators=tuple(e.calibrators),
+      val_x, val_y, test_x, test_y, ood_logits=ood_x, calibrators=tuple(e.calibrators),
       alphas=tuple(e.conformal_alphas), num_bins=e.num_bins,
       bootstrap_samples=e.bootstrap_samples, seed=config.seed)
   results["ensemble"]["member_indices"] = indices
   results.update(step=ckpt_step, split=split, fit_split=e.fit_split,
                  overrides=[parsed.members[i] for i in indices])
+  if e.ood:
+    results["ood_set"] = e.ood
   if greedy is not None:
     results["greedy"] = {"k": greedy, "chosen": chosen, "by": f"{e.fit_split} NLL"}
   if jax.process_index() == 0:

@@ -6,7 +6,7 @@ Evaluators follow big_vision's pattern: small objects built once from an
 training loop runs every `eval_every_steps`; `report.CalibrationReport` (eval.py) and
 `maps.MapReport` read the same `Experiment.data.eval_stream`.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -61,19 +61,29 @@ def split_logits(experiment: Experiment, predict: Callable[[Any, Any], jax.Array
           np.concatenate(labels).reshape(-1))
 
 
-def stacked_split_logits(experiment: Any, predict: Callable[[Any, Any], jax.Array],
-                         stacked_variables: Any, role: str) -> tuple[np.ndarray, np.ndarray]:
-  """A split's member-stacked logits `[M, N, C]` and labels `[N]` on the host (padding
-  removed), from the jitted stacked `predict(stacked_variables, batch) -> [M, B, ..., C]`."""
+def stacked_logits(predict: Callable[[Any, Any], jax.Array], stacked_variables: Any,
+                   batches: Iterable[dict[str, Any]], num_classes: int
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+  """Member-stacked logits `[M, N, C]` of a stream of batches and their labels `[N]` (None when
+  the batches have none) on the host, padding removed, from the jitted stacked
+  `predict(stacked_variables, batch) -> [M, B, ..., C]` (`step.make_ensemble_predict_fn`)."""
   logits, labels = [], []
-  for batch in experiment.data.eval_stream(role, experiment.mesh,
-                                           max_examples=experiment.config.eval.max_examples):
-    valid = np.asarray(batch["mask"]).astype(bool)
+  for batch in batches:
+    valid = to_host(batch["mask"]).astype(bool)
     logits.append(to_host(predict(stacked_variables, batch))[:, valid])
-    labels.append(np.asarray(batch["label"])[valid])
-  num_classes = experiment.meta.num_classes
+    if "label" in batch:
+      labels.append(to_host(batch["label"])[valid])
   stacked = np.concatenate(logits, axis=1)
-  return stacked.reshape(stacked.shape[0], -1, num_classes), np.concatenate(labels).reshape(-1)
+  return (stacked.reshape(stacked.shape[0], -1, num_classes),
+          np.concatenate(labels).reshape(-1) if labels else None)
+
+
+def stacked_split_logits(experiment: Experiment, predict: Callable[[Any, Any], jax.Array],
+                         stacked_variables: Any, role: str) -> tuple[np.ndarray, np.ndarray]:
+  """A split's member-stacked logits `[M, N, C]` and labels `[N]` (`stacked_logits`)."""
+  return stacked_logits(predict, stacked_variables, experiment.data.eval_stream(
+      role, experiment.mesh, max_examples=experiment.config.eval.max_examples),
+                        experiment.meta.num_classes)
 
 
 class ValidationEvaluator:

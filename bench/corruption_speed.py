@@ -8,22 +8,19 @@ Hendrycks' make_cifar_c.py for the CIFAR-10-C table at 32 px), one pass over a q
 batch after one warm-up image. Severity 3. Images are
 scikit-image's photographs tiled to the batch (crosscheck/corruptions.py's `photographs`).
 
-  PYTHONPATH=. python bench/corruption_speed.py --only=contrast,pixelate
+  PYTHONPATH=.:crosscheck python bench/corruption_speed.py --names=contrast,pixelate
 """
 import os
-import sys
 import time
 
 from absl import app, flags
-import jax
 import numpy as np
 
 from calib_jax import shift
 from calib_jax.shift import core
 from common import machine, median_seconds  # bench/ is the script's folder
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crosscheck"))
-import corruptions as crosscheck  # noqa: E402  (crosscheck/corruptions.py: images, reference)
+import corruptions as crosscheck  # crosscheck/corruptions.py (PYTHONPATH=crosscheck): the reference
 
 _BATCH32 = flags.DEFINE_integer("batch32", 256, "images per call at 32 px")
 _BATCH224 = flags.DEFINE_integer("batch224", 16, "images per call at 224 px")

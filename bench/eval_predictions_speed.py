@@ -21,7 +21,6 @@ hits counted apart). The 1-min load average is printed beside each number.
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Runs eval.py's program with compile counters; writes them as JSON to $CALIB_JAX_BENCH_COUNTS.
 _COUNTING = """

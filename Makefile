@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # The TPU compiler (libtpu, the .[tpu] extra) lives in its own environment: with it installed,
 # JAX on a machine without a TPU prints libtpu's initialisation warnings on every program's
-# stderr (tests/test_console.py fails on them). Only the dry-run tests use it.
+# stderr (tests/test_cli_console.py fails on them). Only the dry-run tests use it.
 TPU_VENV := .venv-tpu
 TPU_PY := $(TPU_VENV)/bin/python
 TPU_STAMP := $(TPU_VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)

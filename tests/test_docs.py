@@ -89,7 +89,7 @@ def prose(text: str, inline_code: bool = False) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def quick_rng_compilation():
   """Non-partitionable threefry compiles model initialisation ~5x faster on CPU (as in
-  test_train_loop.py); the snippets print no random values that depend on it."""
+  test_run_loop.py); the snippets print no random values that depend on it."""
   previous = jax.config.jax_threefry_partitionable
   jax.config.update("jax_threefry_partitionable", False)
   yield

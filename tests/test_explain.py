@@ -9,7 +9,7 @@ import pytest
 
 from calib_jax import explain, models
 from calib_jax.models import densenet, layers
-from test_train_loop import quick_rng_compilation  # noqa: F401  (fast model init)
+from test_run_loop import quick_rng_compilation  # noqa: F401  (fast model init)
 
 
 class TwoBlobNet(nn.Module):

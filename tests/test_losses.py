@@ -1,5 +1,5 @@
 """Losses vs docs/conventions.md#losses: numpy references, shapes, stability, errors (gradients:
-test_loss_gradients.py)."""
+test_losses_gradients.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

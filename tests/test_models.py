@@ -1,5 +1,5 @@
 """Tests of the model zoo: registry, shapes, dtypes, BatchNorm and dropout (parameter counts and
-geometry: test_model_architectures.py).
+geometry: test_models_architectures.py).
 
 Big models are only traced (`jax.eval_shape`, `jax.make_jaxpr`); real forwards run on the small
 models with tiny inputs.

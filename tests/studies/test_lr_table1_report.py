@@ -11,7 +11,7 @@ import pytest
 
 from studies.lr_table1 import claims, config as study_config, report, run, summaries, sweep_report
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _write(out_dir, variant, seed, folder=None, **values):

@@ -12,8 +12,8 @@ from calib_jax.losses import schedule
 from calib_jax.training import optim, parallel, programs, state as state_lib
 from calib_jax.training import step as step_lib
 
-from test_train_loop import tiny_config
-from test_train_step import Linear
+from test_run_loop import tiny_config
+from test_training_step import Linear
 
 
 def test_linear_by_epoch_is_the_official_maxsup_formula():

@@ -1,6 +1,6 @@
 """The eval program on generated data: segmentation, context-only evaluation, pixel sampling.
 
-(The classification path is checked against numpy re-computations in test_train_cli.py.)"""
+(The classification path is checked against numpy re-computations in test_cli_train.py.)"""
 import json
 import os
 
@@ -13,7 +13,7 @@ import pytest
 from calib_jax import data, metrics, models
 from calib_jax.run import loop
 from calib_jax.evaluation import report, run as evaluation
-from test_train_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
 
 class TinyFCN(nn.Module):
@@ -39,7 +39,7 @@ def clutter_config(**overrides):
 
 def report_only(config):
   """`config` whose eval leaves out the post-hoc toolkit and the CAM grid, for the tests that
-  look at the rest of the report (test_eval_toolkit.py and test_eval_maps.py check those; the
+  look at the rest of the report (test_evaluation_toolkit.py and test_evaluation_maps.py check those; the
   segmentation eval below runs its whole report)."""
   config.eval.toolkit = False
   config.eval.cam_images = 0

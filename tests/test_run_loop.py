@@ -65,7 +65,7 @@ def tiny_config(**overrides):  # keys may be dotted: tiny_config(**{"data.batch_
   config.progress_bar = False
   config.tensorboard = False
   # eval.py's post-hoc toolkit: 50 bootstrap resamples, not 1000 (each smooth-ECE interval costs
-  # ~2 ms per resample on CPU); tests/test_eval_toolkit.py checks the intervals themselves.
+  # ~2 ms per resample on CPU); tests/test_evaluation_toolkit.py checks the intervals themselves.
   config.eval.bootstrap_samples = 50
   return variants.override(config, overrides)
 

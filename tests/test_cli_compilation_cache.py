@@ -1,6 +1,6 @@
 """The command-line programs' persistent compilation cache: where it goes and its off switch
 (`calib_jax/cli/compilation_cache.py`; the cache at work is checked by
-tests/test_eval_predictions.py's eval.py run)."""
+tests/test_evaluation_predictions.py's eval.py run)."""
 import os
 
 import pytest

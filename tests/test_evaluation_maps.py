@@ -15,8 +15,8 @@ from calib_jax import experiment
 from calib_jax.evaluation import report, run as evaluation
 from calib_jax.evaluation import maps
 from calib_jax.training import step as step_lib
-from test_eval import TINY_CLUTTER, clutter_config, tiny_fcn  # noqa: F401
-from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+from test_evaluation_run import TINY_CLUTTER, clutter_config, tiny_fcn  # noqa: F401
+from test_run_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -40,7 +40,7 @@ def _evaluate_fresh_weights(config, tmp_path):
 def test_classification_eval_draws_cams_and_scores_localisation(tmp_path):
   config = clutter_config(**{"eval.cam_images": 6, "eval.context_eval": True,
                              "eval.max_examples": 16, "eval.pnorm_candidates": (2,),
-                             "eval.toolkit": False})  # test_eval_toolkit.py's
+                             "eval.toolkit": False})  # test_evaluation_toolkit.py's
   results = _evaluate_fresh_weights(config, tmp_path)
   loc = results["localisation"]
   assert loc["num_images"] == 16 and loc["layer"] == "features"

@@ -20,8 +20,8 @@ from calib_jax.config import variants
 from calib_jax.experiment import weights
 from calib_jax.models import torch_import
 from calib_jax.run import loop
-from test_train_cli import ROOT, eval_program, parse  # noqa: F401
-from test_train_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+from test_cli_train import ROOT, eval_program, parse  # noqa: F401
+from test_run_loop import compilation_cache, quick_rng_compilation  # noqa: F401
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "torch_reference_logits.npz")
 
@@ -158,8 +158,8 @@ def get_config():
   config.model = "resnet18"
   config.data.eval_batch_size = 256
   config.eval.pnorm_candidates = (2,)
-  # The weights' report, not the whole of it: no post-hoc toolkit (test_eval_toolkit.py) and no
-  # ResNet-18 Grad-CAM grid (test_explain.py, test_eval_maps.py), each seconds of compiling.
+  # The weights' report, not the whole of it: no post-hoc toolkit (test_evaluation_toolkit.py) and no
+  # ResNet-18 Grad-CAM grid (test_explain.py, test_evaluation_maps.py), each seconds of compiling.
   config.eval.toolkit = False
   config.eval.cam_images = 0
   return config

@@ -6,7 +6,7 @@ import glob
 import os
 
 from python_source import parse_files  # parsed in a child process: a 3.11 ast.parse race
-from test_import_graph import _cycle
+from test_house_imports import _cycle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = ("bench", "crosscheck", "studies")

@@ -18,16 +18,17 @@ hits counted apart). The 1-min load average is printed beside each number.
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --large --runs=1
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --demo
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import types
 import time
 
 import numpy as np
+from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,20 +95,25 @@ def timed(cmd, env, root=ROOT):
   return wall, usage.ru_maxrss / 1024, proc.returncode, b"".join(chunks).decode(errors="replace")
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "calib_jax_bench"))
-  parser.add_argument("--runs", type=int, default=3)
-  parser.add_argument("--large", action="store_true", help="the 50,000 x 1,000 file")
-  parser.add_argument("--demo", action="store_true", help="time `python -m calib_jax.demo`")
-  parser.add_argument("--cache", default="off", choices=("off", "cold", "warm"),
-                      help="JAX compilation cache: off, cold (empty dir per run), warm")
-  parser.add_argument("--count", action="store_true", help="also count programs compiled")
-  parser.add_argument("--extra", default="", help="extra eval.py flags, space-separated")
-  parser.add_argument("--keep", default="", help="copy the last metrics.json here")
-  parser.add_argument("--root", default=ROOT, help="source checkout to run (e.g. an export of "
-                      "the commit before, for paired before/after runs)")
-  args = parser.parse_args()
+_DATA_DIR = flags.DEFINE_string("data_dir", os.path.join(tempfile.gettempdir(), "calib_jax_bench"),
+                                "where the generated prediction files are kept")
+_RUNS = flags.DEFINE_integer("runs", 3, "timed runs")
+_LARGE = flags.DEFINE_bool("large", False, "the 50,000 x 1,000 file")
+_DEMO = flags.DEFINE_bool("demo", False, "time `python -m calib_jax.demo`")
+_CACHE = flags.DEFINE_enum("cache", "off", ["off", "cold", "warm"],
+                           "JAX compilation cache: off, cold (empty dir per run), warm")
+_COUNT = flags.DEFINE_bool("count", False, "also count programs compiled")
+_EXTRA = flags.DEFINE_string("extra", "", "extra eval.py flags, space-separated")
+_KEEP = flags.DEFINE_string("keep", "", "copy the last metrics.json here")
+_ROOT = flags.DEFINE_string("root", ROOT, "source checkout to run (e.g. an export of the commit "
+                            "before, for paired before/after runs)")
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  args = types.SimpleNamespace(data_dir=_DATA_DIR.value, runs=_RUNS.value, large=_LARGE.value,
+                               demo=_DEMO.value, cache=_CACHE.value, count=_COUNT.value,
+                               extra=_EXTRA.value, keep=_KEEP.value, root=_ROOT.value)
   os.makedirs(args.data_dir, exist_ok=True)
   name = "imagenet_like.npz" if args.large else "digits.npz"
   data = os.path.join(args.data_dir, name)
@@ -152,4 +158,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

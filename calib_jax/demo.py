@@ -30,7 +30,6 @@ import numpy as np
 
 from calib_jax.cli import compilation_cache, console
 from calib_jax.config import files
-from calib_jax.training import reporting
 
 # The demo's recipe travels with the package (`configs/default.py` in a source checkout).
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
@@ -49,10 +48,11 @@ def run_variant(variant: str, workdir: str, config_path: str = DEFAULT_CONFIG,
   """Trains (or resumes) and evaluates one variant; returns `evaluate_run`'s results with the
   run directory and the final training accuracy added. `num_train_steps` replaces the
   recipe's length (a quick check that everything runs; the table then means little)."""
-  # Deferred: these import TensorFlow, which `console.quiet_native_logs` imports first (its C++
-  # log lines captured) when the demo runs as a program.
+  # Deferred: these import TensorFlow or JAX, whose native logging must start after
+  # `console.quiet_native_logs` has set TensorFlow's log level and imported it quietly (`run`).
   from calib_jax.evaluation import run as evaluation
   from calib_jax.run import loop
+  from calib_jax.training import reporting
   config = files.load_config_file(f"{config_path}:{variant}")
   config.seed = seed
   if num_train_steps is not None:

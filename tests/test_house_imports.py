@@ -183,7 +183,11 @@ _DEFERRABLE = ("tensorflow", "tensorflow_datasets", "torch", "safetensors", "mat
                "sklearn", "PIL", "libtpu", "jax_cuda12_plugin", "jax.experimental.topologies",
                "jax._src", "clu", "jax", "calib_jax.data", "calib_jax.experiment",
                "calib_jax.evaluation", "calib_jax.run", "calib_jax.dry_run.measure",
-               "calib_jax.plotting", "calib_jax.plotting_maps")
+               "calib_jax.plotting", "calib_jax.plotting_maps",
+               # JAX's (and orbax/tensorstore's) native logging, started by the programs after
+               # TensorFlow's log level is set
+               "calib_jax.training.checkpoint", "calib_jax.training.reporting",
+               "calib_jax.cli.run_config", "calib_jax.sweep")
 
 
 def test_function_level_imports_defer_a_heavy_dependency_only():

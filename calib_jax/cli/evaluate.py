@@ -30,10 +30,8 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from calib_jax import sweep
-from calib_jax.cli import compilation_cache, console, flags, run_config
+from calib_jax.cli import compilation_cache, console, flags
 from calib_jax.config import ConfigError
-from calib_jax.training import checkpoint, reporting
 
 _SPLIT = absl_flags.DEFINE_enum("split", "test", ["test", "val"], "Split to report.")
 _STEP = absl_flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: newest).")
@@ -88,6 +86,12 @@ def main(argv: list[str]) -> None:
     return
   # Function-level imports: a predictions file (above) needs none of the data pipeline's
   # TensorFlow and tensorflow_datasets, which these pull in (~4 s).
+  # Deferred: these import TensorFlow, or JAX (with orbax and tensorstore), whose native logging
+  # must start after `run` has set TensorFlow's log level and imported it quietly
+  # (`console.quiet_native_logs`): with JAX imported first, tf.data's C++ warnings reach the
+  # console (seen with `eval.py`).
+  from calib_jax.cli import run_config
+  from calib_jax.training import checkpoint, reporting
   from calib_jax.data.checks import DataError
   from calib_jax.evaluation import run as evaluation
   from calib_jax.experiment import WeightFileError
@@ -139,6 +143,7 @@ def _evaluate_ensemble(config, workdir: str) -> None:
   (errors are `main`'s one line)."""
   from calib_jax.evaluation import ensembles  # Deferred with evaluation.run: TensorFlow.
   from calib_jax.evaluation import run as evaluation
+  from calib_jax import sweep  # Deferred as `main`'s imports: it imports JAX (see there).
   parsed = sweep.parse(config) if config.sweep else None
   members = None if parsed is None else ensembles.parse_members(_MEMBERS.value, parsed.size)
   results = evaluation.evaluate_ensemble(config, workdir, split=_SPLIT.value, step=_STEP.value,
@@ -172,6 +177,7 @@ def _evaluate_predictions(path: str, workdir: str) -> None:
 
 def _members(config) -> list[int | None]:
   """The members `--member` names: [None] for a single run; one index, or all of a sweep's."""
+  from calib_jax import sweep  # Deferred as `main`'s imports: it imports JAX (see there).
   parsed = sweep.parse(config) if config.sweep else None
   text = _MEMBER.value
   if parsed is None:

@@ -19,15 +19,18 @@ import sys
 
 from absl import app, logging
 
-from calib_jax.cli import compilation_cache, console, flags, run_config
+from calib_jax.cli import compilation_cache, console, flags
 from calib_jax.config import ConfigError
-from calib_jax.training import checkpoint, reporting
 
 
 def main(argv: list[str]) -> None:
   """absl's main: builds and trains the `--config` run in `--workdir`."""
-  # Deferred: these import TensorFlow, which `run` has imported first with its C++ log lines
-  # captured (`console.quiet_native_logs`).
+  # Deferred: these import TensorFlow, or JAX (with orbax and tensorstore), whose native logging
+  # must start after `run` has set TensorFlow's log level and imported it quietly
+  # (`console.quiet_native_logs`): with JAX imported first, tf.data's C++ warnings reach the
+  # console (seen with `eval.py`).
+  from calib_jax.cli import run_config
+  from calib_jax.training import checkpoint, reporting
   from calib_jax.data.checks import DataError
   from calib_jax.experiment import WeightFileError
   from calib_jax.run import loop, preemption

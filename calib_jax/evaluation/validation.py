@@ -49,16 +49,11 @@ def split_logits(experiment: Experiment, predict: Callable[[Any, Any], jax.Array
                  variables: Any, role: str) -> tuple[np.ndarray, np.ndarray]:
   """A split's logits `[N, C]` and labels `[N]` on the host (padding removed), from the jitted
   `predict(variables, batch)` (`step.make_predict_fn`), gathered from every process (`to_host`:
-  each process reads its share of a batch, every process gets the whole split)."""
-  logits, labels = [], []
-  for batch in experiment.data.eval_stream(role, experiment.mesh,
-                                           max_examples=experiment.config.eval.max_examples):
-    valid = to_host(batch["mask"]).astype(bool)
-    logits.append(to_host(predict(variables, batch))[valid])
-    labels.append(to_host(batch["label"])[valid])
-  num_classes = experiment.meta.num_classes
-  return (np.concatenate(logits).reshape(-1, num_classes),
-          np.concatenate(labels).reshape(-1))
+  each process reads its share of a batch, every process gets the whole split): the one-member
+  case of `stacked_split_logits`."""
+  logits, labels = stacked_split_logits(
+      experiment, lambda v, batch: predict(v, batch)[None], variables, role)
+  return logits[0], labels
 
 
 def stacked_logits(predict: Callable[[Any, Any], jax.Array], stacked_variables: Any,

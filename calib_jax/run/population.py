@@ -39,6 +39,7 @@ from calib_jax import losses
 from calib_jax.evaluation import validation
 from calib_jax.experiment import Experiment
 from calib_jax.run import inputs
+from calib_jax.run import trainee
 from calib_jax.run.trainee import Failure, Record
 from calib_jax.sweep import spec, summary
 from calib_jax.training import parallel, programs
@@ -178,8 +179,7 @@ class Population:
     `data.on_device` (read here)."""
     resident = (inputs.resident_split(self.experiment) if self.config.data.on_device
                 else None)
-    return programs.loop_call(self.program(per_step=self.per_step), per_step=self.per_step,
-                              resident_split=resident)
+    return trainee.loop_call(self, resident)
 
   def program(self, *, per_step: bool) -> Any:
     """`(states, [resident split,] inputs) -> (states, metrics)`: k steps on stacks of stream

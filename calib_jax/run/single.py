@@ -7,6 +7,7 @@ import numpy as np
 from calib_jax.evaluation import validation
 from calib_jax.experiment import Experiment
 from calib_jax.run import inputs
+from calib_jax.run import trainee
 from calib_jax.run.trainee import Failure, Record
 from calib_jax.training import programs
 from calib_jax.training import step as step_lib
@@ -44,8 +45,7 @@ class SingleRun:
   def multi_step(self) -> programs.MultiStep:
     resident = (inputs.resident_split(self.experiment) if self.config.data.on_device
                 else None)
-    return programs.loop_call(self.program(per_step=self.per_step), per_step=self.per_step,
-                              resident_split=resident)
+    return trainee.loop_call(self, resident)
 
   def train_stream(self, start_step: int) -> Iterator[Mapping[str, np.ndarray]]:
     return inputs.seed_stream(self.experiment, start_step, self.config.seed)

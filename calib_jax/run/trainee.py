@@ -60,3 +60,11 @@ class Trainee(Protocol):
   def finish(self, state: TrainState, workdir: str, *, only_if_missing: bool) -> list[str]:
     """What a run writes at its end (a sweep's `sweep.json`; with `only_if_missing`, only if it
     is not there yet); returns lines for the console."""
+
+
+def loop_call(trainee: Trainee, resident_split: Any) -> programs.MultiStep:
+  """`trainee.multi_step()` of both trainees: its program (one step, or k steps, as
+  `trainee.per_step` says) as the loop calls it, with `resident_split` (None: host batches)
+  bound as an argument."""
+  return programs.loop_call(trainee.program(per_step=trainee.per_step),
+                            per_step=trainee.per_step, resident_split=resident_split)

@@ -1,33 +1,53 @@
 #!/bin/bash
-# The one device check of a session with a GPU lent (see BENCHMARKS.md, "On a real GPU"):
-# the recipes' steps against the dry run's roofline (accelerator_step.py), sweeps against
-# single runs on the chip, and the JAX step against its PyTorch twin (train_step.py).
+# The one device check of a session with a GPU lent (see BENCHMARKS.md, "On a real GPU").
+#   bash bench/device_check.sh [PARTS]     PARTS: comma-separated, default shift,report,dilated
+# * shift:   calib_jax.shift's corruptions on the chip against the model's forward pass
+#            (corruption_device.py; issue: corrupting costs less than the forward pass);
+# * report:  the evaluation on the GPU: calib_jax's metrics against torch-uncertainty's and
+#            torchmetrics' on the GPU (metrics_speed.py --torch-device=cuda), and the whole
+#            `eval.py --predictions` report (eval_predictions_speed.py) at 540 x 10 and 50,000 x 1,000;
+# * dilated: DeepLab's dilated convolutions, XLA's against the phase sub-grid form
+#            (models.atrous; decides atrous.GPU_FORM), and PyTorch's;
+# * steps:   the recipes' steps against the dry run's roofline, and the JAX step against its
+#            PyTorch twin (an earlier round's check; about 5 min).
 # Run from the repository root on the GPU machine; results under $OUT (default: /tmp/out).
-# Needs ml_collections there: wheels in .whl/ are installed to /tmp/site when present.
-# About 7 min on an H200 (2026-11-26: 5 min without the last part); its parts stop at their
-# timeouts (590 s together), so a 10-minute limit on the whole script holds it.
+# Needs ml_collections there (and imagecorruptions-imaug for frost, torch-uncertainty for the
+# report): wheels in .whl/ are installed to /tmp/site when present. The default parts stop at
+# their timeouts (400 s together), so a 7-minute limit on the whole script holds them.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+PARTS=",${1:-shift,report,dilated},"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax, flax, optax, torch; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, jax.devices())"
 quiet() { grep -v -E "^(W|I)[0-9]{4} |^WARNING: All log|absl::InitializeLog" ; }
-timeout 200 python3 bench/accelerator_step.py --deadline_s=150 --json="$OUT/accelerator_step.jsonl" \
-  --items=mlp_p1,mlp_p7,mlp_p21,cnn_p1,cnn_p7,cnn_p21,cifar10_resnet50,imagenet_resnet50_acls \
-  2>&1 | quiet | tee "$OUT/accelerator_step.log"
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 120 python3 bench/train_step.py --models=resnet20,resnet50 --steps=20 --repeats=3 \
-  --warmup=3 --jax-dtype=bfloat16 --torch-dtype=bfloat16 --torch-channels-last \
-  --json="$OUT/train_step_bf16.json" 2>&1 | quiet | tee "$OUT/train_step_bf16.log"
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 80 python3 bench/train_step.py --models=resnet20,resnet50 --steps=20 --repeats=3 \
-  --warmup=3 --json="$OUT/train_step_fp32.json" 2>&1 | quiet | tee "$OUT/train_step_fp32.log"
-timeout 90 python3 bench/accelerator_step.py --deadline_s=40 --json="$OUT/accelerator_step.jsonl" \
-  --items=voc2012_deeplabv3_resnet50,imagenet_vit_s16_sam 2>&1 | quiet | tee -a "$OUT/accelerator_step.log"
-# DeepLab's dilated convolutions: XLA's against the phase sub-grid form (models.atrous), the
-# model's step in both forms (decides atrous.GPU_FORM), and PyTorch's.
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 100 python3 bench/dilated_conv.py --dilations=1,2,12 \
-  2>&1 | quiet | tee "$OUT/dilated_conv.log"
+if [[ $PARTS == *,shift,* ]]; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 150 python3 bench/corruption_device.py --deadline_s=110 \
+    --json="$OUT/corruption_device.jsonl" 2>&1 | quiet | tee "$OUT/corruption_device.log"
+fi
+if [[ $PARTS == *,report,* ]]; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 70 python3 bench/metrics_speed.py --sizes=1e5,1e6 \
+    --classes=10,1000 --torch-device=cuda --torch-max-gb=4.5 --no-numpy --repeats=3 \
+    2>&1 | quiet | tee "$OUT/metrics_speed.log"
+  timeout 40 python3 bench/eval_predictions_speed.py --runs=2 --data_dir=/tmp/evalspeed \
+    2>&1 | quiet | tee "$OUT/eval_predictions.log"
+  timeout 60 python3 bench/eval_predictions_speed.py --large --runs=1 --data_dir=/tmp/evalspeed \
+    --keep="$OUT/metrics_large.json" 2>&1 | quiet | tee -a "$OUT/eval_predictions.log"
+fi
+if [[ $PARTS == *,dilated,* ]]; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 80 python3 bench/dilated_conv.py --dilations=1,2,12 \
+    2>&1 | quiet | tee "$OUT/dilated_conv.log"
+fi
+if [[ $PARTS == *,steps,* ]]; then
+  timeout 200 python3 bench/accelerator_step.py --deadline_s=150 --json="$OUT/accelerator_step.jsonl" \
+    --items=mlp_p1,mlp_p7,mlp_p21,cnn_p1,cnn_p7,cnn_p21,cifar10_resnet50,imagenet_resnet50_acls \
+    2>&1 | quiet | tee "$OUT/accelerator_step.log"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 120 python3 bench/train_step.py --models=resnet20,resnet50 \
+    --steps=20 --repeats=3 --warmup=3 --jax-dtype=bfloat16 --torch-dtype=bfloat16 --torch-channels-last \
+    --json="$OUT/train_step_bf16.json" 2>&1 | quiet | tee "$OUT/train_step_bf16.log"
+fi
 echo "device check done"

@@ -121,9 +121,12 @@ def main(argv: list[str]) -> None:
     (make_large if args.large else make_digits)(data)
   python = sys.executable
   cache_dir = os.path.join(args.data_dir, "jax_cache_warm")
-  print(f"{'demo' if args.demo else name}, cache {args.cache}, {args.root}, git "
-        + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.root, text=True,
-                         capture_output=True).stdout.strip())
+  try:  # A copy of the tree without git (a device machine's) has no revision to name.
+    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.root, text=True,
+                              capture_output=True).stdout.strip()
+  except OSError:
+    revision = "unknown"
+  print(f"{'demo' if args.demo else name}, cache {args.cache}, {args.root}, git {revision}")
   for i in range(args.runs):
     work = tempfile.mkdtemp(prefix="evalspeed_")
     env = dict(os.environ)

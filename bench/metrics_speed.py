@@ -24,6 +24,8 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "timed runs after the warm-up (med
 _MAX_GB = flags.DEFINE_float("max-gb", 4.5,
                              "skip (N, C) whose float32 probabilities exceed this")
 _TORCH_MAX_GB = flags.DEFINE_float("torch-max-gb", 1.2, "skip the torch libraries above this")
+_TORCH_DEVICE = flags.DEFINE_string("torch-device", "cpu", "where the torch libraries run: cpu, "
+                                    "or cuda on a GPU (each timed call ends with a synchronize)")
 _NUMPY_MAX_GB = flags.DEFINE_float("numpy-max-gb", 1.2, "numpy's classwise ECE makes int32 "
                                    "copies of the whole array")
 _BASELINE_CAP_S = flags.DEFINE_float("baseline-cap-s", 60.0, "skip a baseline at larger N "
@@ -78,9 +80,16 @@ def _torch_fns(p_np, y_np, c):
   import torch  # pylint: disable=import-outside-toplevel
   from torchmetrics.functional.classification import multiclass_calibration_error  # pylint: disable=import-outside-toplevel
   out = {}
-  p, y = torch.from_numpy(p_np), torch.from_numpy(y_np)
-  out["torchmetrics ece"] = lambda: multiclass_calibration_error(
-      p, y, num_classes=c, n_bins=NUM_BINS, norm="l1", validate_args=False)
+  device = _TORCH_DEVICE.value
+  p, y = torch.from_numpy(p_np).to(device), torch.from_numpy(y_np).to(device)
+
+  def synchronised(fn):
+    if device == "cpu":
+      return fn
+    return lambda: (fn(), torch.cuda.synchronize())[0]
+
+  out["torchmetrics ece"] = synchronised(lambda: multiclass_calibration_error(
+      p, y, num_classes=c, n_bins=NUM_BINS, norm="l1", validate_args=False))
   try:
     from torch_uncertainty import metrics as tu  # pylint: disable=import-outside-toplevel
   except ImportError as e:  # reported in the table
@@ -89,10 +98,10 @@ def _torch_fns(p_np, y_np, c):
 
   def run(metric_cls, **kw):
     def fn():
-      metric = metric_cls(**kw)
+      metric = metric_cls(**kw).to(device)
       metric.update(p, y)
       return metric.compute()
-    return fn
+    return synchronised(fn)
 
   out["torch-uncertainty aece"] = run(tu.AdaptiveCalibrationError, task="multiclass",
                                       num_classes=c, num_bins=NUM_BINS)

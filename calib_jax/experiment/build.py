@@ -179,11 +179,11 @@ def build(config: ml_collections.ConfigDict, *,
           devices: list[jax.Device] | None = None) -> Experiment:
   """Checks `config` while building its experiment; see the module docstring.
 
-  The config passes through each module once or twice, in one direction: the shallow checks
-  of every sub-config (`problems.config_problems`), then the registries (loss, dataset), the
-  data recipe, the model, and the checks that need the dataset (`problems.task_problems`). A
-  registry's own error (an unknown name with the valid ones, a rejected argument) becomes one
-  line of the `ConfigError`.
+  The config passes through each module once or twice, in one direction: the registries
+  first (the sweep's syntax, the loss and its schedule, the dataset and its recipe, the model),
+  then every other check in one call (`problems.config_problems`, with the dataset's recipe
+  when the dataset is known). A registry's own error (an unknown name with the valid ones, a
+  rejected argument) becomes one line of the `ConfigError`.
 
   Args:
     config: a config following `calib_jax.config.base_config`.
@@ -196,9 +196,7 @@ def build(config: ml_collections.ConfigDict, *,
   num_devices = len(jax.devices() if devices is None else devices)
   problems, member_shards = sweep_spec.check(config, num_devices, jax.process_count())
   mesh = parallel.make_mesh(devices, member_shards)
-  # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
-  problems = problems_lib.config_problems(config, num_devices // member_shards) + problems
-  loss_fn = bind_loss = meta = data_recipe = recipe = model = None
+  loss_fn = bind_loss = data_recipe = recipe = model = None
   try:
     # Real hyper-parameters hidden from the compiler, as a sweep's traced ones are: a single
     # run's step is then its sweep member's, bit for bit (`losses.traced`).
@@ -207,20 +205,20 @@ def build(config: ml_collections.ConfigDict, *,
   except (ValueError, TypeError) as e:
     problems.append(str(e))
   else:
-    problems += problems_lib.loss_schedule_problems(config.loss, config.loss_schedule)
+    problems += losses.schedule_problems(config.loss, config.loss_schedule)
   try:
-    meta = data.info(config.data.name)
+    data_recipe = DataRecipe(config.data, data.info(config.data.name))
   except ValueError as e:
     problems.append(str(e))
-  if meta is not None:
-    data_recipe = DataRecipe(config.data, meta)
-    problems += problems_lib.option_problems(data_recipe)
+  else:
     try:
-      recipe = weights.model_recipe(config.model, config.model_kwargs, config.dtype, meta)
+      recipe = weights.model_recipe(config.model, config.model_kwargs, config.dtype,
+                                    data_recipe.meta)
       model = recipe.build()
     except (ValueError, TypeError) as e:
       problems.append(str(e) if str(e).startswith("unknown model") else
                       f"model {config.model!r}: {e}")
-    problems += problems_lib.task_problems(config, meta)
+  # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
+  problems += problems_lib.config_problems(config, num_devices // member_shards, data_recipe)
   schema.raise_if_problems(problems)
   return Experiment(config, mesh, data_recipe, recipe, model, loss_fn, bind_loss)

@@ -1,15 +1,16 @@
-"""Every problem a config can have, found before anything is built, compiled or read.
+"""Every problem a config can have, found before anything is compiled or read.
 
-`experiment.build` runs these with the registries' look-ups (loss, dataset, model) and the
-sweep's (`sweep.spec.check`), and raises one `ConfigError` listing all of them. Each function
-takes one sub-config (or the whole config) and returns its problems, one line each:
+`experiment.build` looks the config's names up in the registries first (the sweep's syntax with
+`sweep.spec.check`, the loss and its schedule, the dataset, the model), then asks this module
+once: `config_problems(config, num_data_shards, recipe=...)` returns every other problem, one
+line each, and `build` raises one `ConfigError` listing them all. Its parts, each of one
+sub-config (or the whole config):
 
-* `config_problems`: what needs no dataset: `run_problems` (length, logging, checkpoints,
-  dtype), `data_problems`, `optimizer_problems`, `schedule_problems`, `eval_problems`,
-  `pretrained_problems`;
-* `option_problems`: data options the dataset's pipeline rejects;
-* `task_problems`: combinations the dataset cannot serve (ALS without boxes, CRL on
-  segmentation, context evaluation or OOD sets it has not).
+* what needs no dataset: `run_problems` (length, logging, checkpoints, dtype), `data_problems`,
+  `optimizer_problems`, `schedule_problems`, `eval_problems`, `pretrained_problems`;
+* with the dataset's recipe (None when the dataset is unknown): `option_problems` (data options
+  the dataset's pipeline rejects) and `task_problems` (combinations the dataset cannot serve:
+  ALS without boxes, CRL on segmentation, context evaluation or OOD sets it has not).
 """
 import os
 from typing import Any
@@ -17,8 +18,7 @@ from typing import Any
 import ml_collections
 
 from calib_jax import data as data_lib
-from calib_jax import losses, posthoc
-from calib_jax.losses import schedule as loss_schedules
+from calib_jax import posthoc
 from calib_jax.data import resident
 from calib_jax.experiment.data import DataRecipe, ROLES
 from calib_jax.models import torch_import
@@ -51,11 +51,13 @@ def run_problems(config: ml_collections.ConfigDict) -> list[str]:
   return [message for ok, message in checks if not ok]
 
 
-def config_problems(config: ml_collections.ConfigDict, num_data_shards: int) -> list[str]:
-  """Every problem that can be found without the dataset, besides the sweep's
-  (`sweep.spec.check`, the sweep's syntax): the run's own fields and each sub-config's (data
-  over the mesh's `num_data_shards`, optimiser, schedule, evaluation, pre-trained weights)."""
-  return [
+def config_problems(config: ml_collections.ConfigDict, num_data_shards: int,
+                    recipe: DataRecipe | None = None) -> list[str]:
+  """Every problem of `config` besides the registries' own (unknown names) and the sweep's
+  syntax (`sweep.spec.check`): the run's fields and each sub-config's (data over the mesh's
+  `num_data_shards`, optimiser, schedule, evaluation, pre-trained weights), then, with the
+  dataset's `recipe`, the data options and the task's."""
+  problems = [
       *run_problems(config),
       *data_problems(config.data, num_data_shards),
       *optimizer_problems(config.optimizer),
@@ -63,6 +65,9 @@ def config_problems(config: ml_collections.ConfigDict, num_data_shards: int) -> 
       *eval_problems(config.eval),
       *pretrained_problems(config.pretrained, config.model),
   ]
+  if recipe is not None:
+    problems += option_problems(recipe) + task_problems(config, recipe.meta)
+  return problems
 
 
 def option_problems(recipe: DataRecipe) -> list[str]:
@@ -89,7 +94,7 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   """Combinations of loss, data options, CRL and evaluation that the dataset `meta` cannot
   serve."""
   problems = []
-  objectness = config.data.train_options.get("objectness", False)
+  objectness = bool(config.data.train_options.to_dict().get("objectness", False))
   if config.loss == "als" and not objectness:
     problems.append("loss 'als' needs per-example objectness: set "
                     "data.train_options.objectness=True (a dataset with boxes)")
@@ -242,23 +247,4 @@ def pretrained_problems(pretrained: str | None, model_name: str) -> list[str]:
   if torch_import.is_torch_file(pretrained) and torch_import.torch_layout(model_name) is None:
     return [f"pretrained={pretrained!r} is a PyTorch file, but model {model_name!r} has no "
             f"PyTorch converter; models with one: {', '.join(torch_import.torch_models())}"]
-  return []
-
-
-def loss_schedule_problems(loss: str, loss_schedule: Any) -> list[str]:
-  """What is wrong with a config's `loss_schedule` for loss `loss` (a known loss: the
-  registry's own error reports an unknown one)."""
-  real_hparams = losses.real_hparams(loss)
-  name = loss_schedule.name
-  if name not in loss_schedules.SCHEDULES:
-    return [f"unknown loss_schedule.name {name!r}; valid: {', '.join(loss_schedules.SCHEDULES)}"]
-  if name == "none":
-    return []
-  if loss_schedule.hparam not in real_hparams:
-    return [f"loss_schedule.hparam={loss_schedule.hparam!r} is not a real hyper-parameter of "
-            f"loss {loss!r} (real ones: {', '.join(real_hparams) or 'none'})"]
-  try:
-    losses.check_hparam(loss, loss_schedule.hparam, loss_schedule.end)
-  except (ValueError, TypeError) as e:
-    return [f"loss_schedule.end: {e}"]
   return []

@@ -152,6 +152,26 @@ def check_hparam(name: str, key: str, value: Any) -> float:
   return definition.hparams[key].check(name, key, value)
 
 
+def schedule_problems(name: str, loss_schedule: Any) -> list[str]:
+  """What is wrong with a config's `loss_schedule` (`.name`, `.hparam`, `.end`) for loss `name`,
+  one line each: an unknown schedule, a hyper-parameter that is not one of the loss's real ones,
+  an end value out of the hyper-parameter's range."""
+  if loss_schedule.name not in schedule.SCHEDULES:
+    return [f"unknown loss_schedule.name {loss_schedule.name!r}; valid: "
+            f"{', '.join(schedule.SCHEDULES)}"]
+  if loss_schedule.name == "none":
+    return []
+  real = real_hparams(name)
+  if loss_schedule.hparam not in real:
+    return [f"loss_schedule.hparam={loss_schedule.hparam!r} is not a real hyper-parameter of "
+            f"loss {name!r} (real ones: {', '.join(real) or 'none'})"]
+  try:
+    check_hparam(name, loss_schedule.hparam, loss_schedule.end)
+  except (ValueError, TypeError) as e:
+    return [f"loss_schedule.end: {e}"]
+  return []
+
+
 def _apply(name: str, definition: _LossDef, logits, labels, *, hparams: Mapping[str, Any],
            mask=None, objectness=None) -> jax.Array:
   if definition.needs_objectness and objectness is None:

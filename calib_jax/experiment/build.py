@@ -205,7 +205,7 @@ def build(config: ml_collections.ConfigDict, *,
   except (ValueError, TypeError) as e:
     problems.append(str(e))
   else:
-    problems += losses.schedule_problems(config.loss, config.loss_schedule)
+    problems += losses.loss_schedule_problems(config.loss, config.loss_schedule)
   try:
     data_recipe = DataRecipe(config.data, data.info(config.data.name))
   except ValueError as e:

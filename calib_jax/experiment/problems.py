@@ -63,11 +63,10 @@ def config_problems(config: ml_collections.ConfigDict, num_data_shards: int,
       *optimizer_problems(config.optimizer),
       *schedule_problems(config.schedule),
       *eval_problems(config.eval),
-      *pretrained_problems(config.pretrained, config.model),
   ]
   if recipe is not None:
     problems += option_problems(recipe) + task_problems(config, recipe.meta)
-  return problems
+  return problems + pretrained_problems(config.pretrained, config.model)
 
 
 def option_problems(recipe: DataRecipe) -> list[str]:

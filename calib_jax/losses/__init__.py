@@ -152,7 +152,7 @@ def check_hparam(name: str, key: str, value: Any) -> float:
   return definition.hparams[key].check(name, key, value)
 
 
-def schedule_problems(name: str, loss_schedule: Any) -> list[str]:
+def loss_schedule_problems(name: str, loss_schedule: Any) -> list[str]:
   """What is wrong with a config's `loss_schedule` (`.name`, `.hparam`, `.end`) for loss `name`,
   one line each: an unknown schedule, a hyper-parameter that is not one of the loss's real ones,
   an end value out of the hyper-parameter's range."""

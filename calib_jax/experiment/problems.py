@@ -89,6 +89,10 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   """Combinations of loss, data options, CRL and evaluation that the dataset `meta` cannot
   serve."""
   problems = []
+  if config.data.name in data_lib.corrupted.CORRUPTED_DATASETS:
+    problems.append(f"dataset {config.data.name!r} holds corrupted copies of "
+                    f"{data_lib.corrupted.clean_of(config.data.name)}'s test split only: train on "
+                    f"that, and evaluate with eval.py --shift=dataset:{config.data.name}")
   objectness = config.data.train_options.get("objectness", False)
   if config.loss == "als" and not objectness:
     problems.append("loss 'als' needs per-example objectness: set "

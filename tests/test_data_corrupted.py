@@ -200,3 +200,11 @@ def test_a_config_cannot_train_on_a_corrupted_set():
   assert found == ["dataset 'cifar10_corrupted' holds corrupted copies of cifar10's test split "
                    "only: train on that, and evaluate with eval.py "
                    "--shift=dataset:cifar10_corrupted"]
+
+
+def test_an_ood_set_cannot_be_a_corrupted_set():
+  assert problems.ood_problems("cifar10_corrupted:test", data.info("cifar10")) == [
+      "eval.ood='cifar10_corrupted:test': cifar10_corrupted holds one corrupted copy of a test "
+      "split per corruption and severity; evaluate it with eval.py "
+      "--shift=dataset:cifar10_corrupted"]
+  assert problems.ood_problems("cifar100:test", data.info("cifar10")) == []

@@ -127,6 +127,9 @@ def ood_problems(ood: str, meta: Any) -> list[str]:
   if name not in data_lib.names():
     return [f"eval.ood={ood!r}: unknown dataset {name!r}; valid names: "
             f"{', '.join(data_lib.names())}"]
+  if name in data_lib.corrupted.CORRUPTED_DATASETS:  # one tfds config per corruption, severity
+    return [f"eval.ood={ood!r}: {name} holds one corrupted copy of a test split per corruption "
+            f"and severity; evaluate it with eval.py --shift=dataset:{name}"]
   other = data_lib.info(name)
   if other.task != "classification" or other.input_shape[-1] != meta.input_shape[-1]:
     return [f"eval.ood={ood!r}: {name} is a {other.task} set of {other.input_shape[-1]}-channel "

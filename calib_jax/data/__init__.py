@@ -15,8 +15,10 @@ data.objectness(boxes, crop)    # exact objectness (docs/conventions.md#boxes-an
 Modules: `registry` (what each dataset is: `DatasetSpec` = `DatasetMeta` + `Source` +
 `Recipe`), `options` (`PipelineOptions`), `crops` (one function per crop, named in `CROPS`),
 `processors` (one per task), `pipeline` (streams, batching, `make_dataset`), `boxes` (box
-geometry, objectness), `checks` (bad-data errors), `prepare` (finding / preparing tfds data).
+geometry, objectness), `checks` (bad-data errors), `prepare` (finding / preparing tfds data),
+`corrupted` (the pre-computed corrupted test sets, CIFAR-10-C and ImageNet-C).
 """
+from calib_jax.data import corrupted
 from calib_jax.data.boxes import objectness
 from calib_jax.data.checks import DataError
 from calib_jax.data.crops import CROPS
@@ -24,5 +26,5 @@ from calib_jax.data.pipeline import (Batches, PipelineOptions, make_dataset, num
                                      tfds_split)
 from calib_jax.data.registry import DatasetMeta, info, names
 
-__all__ = ["Batches", "CROPS", "DataError", "DatasetMeta", "PipelineOptions", "info",
+__all__ = ["Batches", "CROPS", "corrupted", "DataError", "DatasetMeta", "PipelineOptions", "info",
            "make_dataset", "names", "num_examples", "objectness", "tfds_split"]

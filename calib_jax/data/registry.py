@@ -262,6 +262,34 @@ _register(
         "Put 20_newsgroups.tar.gz (19,997 documents) or 20news-bydate.tar.gz into manual_dir.")),
     Recipe())
 
+# Corrupted copies of a clean test split (CIFAR-10-C, ImageNet-C; `calib_jax.data.corrupted`):
+# test split only, one tfds config per corruption and severity ('cifar10_corrupted/fog_3'), read
+# with the `tfds_name` option; the clean dataset's classes, size and statistics.
+_CIFAR10 = _DATASETS["cifar10"].meta
+_register(
+    _meta("cifar10_corrupted", 10, (32, 32, 3), "classification", "cifar10_corrupted",
+          val="test", mean=_CIFAR10.mean, std=_CIFAR10.std),
+    Source(how_to_get=(
+        "It is in the tfds catalogue (CIFAR-10-C, one 2.9 GB archive for its 95 configs) and is "
+        "downloaded on first use; on a machine without network access, prepare it where there "
+        "is one (`tfds build cifar10_corrupted --data_dir=DIR`: every config, or "
+        "`--config=gaussian_noise_3` for one) and copy DIR's cifar10_corrupted/ folder into "
+        "data_dir.")),
+    Recipe())
+_register(
+    _meta("imagenet2012_corrupted", 1000, (224, 224, 3), "classification",
+          "imagenet2012_corrupted", val="validation", test="validation"),
+    Source(kind="manual", how_to_get=(
+        "Put ILSVRC2012_img_val.tar into manual_dir: tfds corrupts the 50,000 validation images "
+        "of each config (e.g. imagenet2012_corrupted/fog_3) with its own ImageNet-C code "
+        "(OpenCV, scikit-image, ImageMagick's `convert`, and network access once for the frost "
+        "pictures), or build it elsewhere (`tfds build imagenet2012_corrupted --config=fog_3 "
+        "--manual_dir=DIR --data_dir=DIR2`) and copy DIR2's imagenet2012_corrupted/ folder into "
+        "data_dir.")),
+    # Stored as tfds' 224/256 centre crops at 224 px: the clean recipe's field of view already,
+    # so no second crop, only a resize when `image_size` asks for another size.
+    Recipe())
+
 
 def names() -> list[str]:
   """Sorted registry keys."""

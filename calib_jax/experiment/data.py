@@ -145,6 +145,25 @@ class DataRecipe:
     yield from self._global_batches(self.config.name, self.split(role), mesh, max_examples,
                                     options)
 
+  def corrupted_stream(self, dataset: str, corruption: str, severity: int,
+                       mesh: jax.sharding.Mesh, *, max_examples: int = -1
+                       ) -> Iterator[dict[str, jax.Array]]:
+    """One pass over `corruption` at `severity` of the pre-computed corrupted set `dataset`
+    ('cifar10_corrupted', 'imagenet2012_corrupted'; `data.corrupted`) as global batches of the
+    test stream's form: `eval_stream('test', ...)`'s batch size, input size and normalisation,
+    its last batch padded (`mask` False there). The whole test split is read: `data.splits.test`
+    names the clean set's examples, not the corrupted set's.
+
+    Raises:
+      ValueError: an unknown set or corruption, a severity outside 1..5, or a set that does not
+        corrupt this config's dataset (one line each, before anything is read).
+      FileNotFoundError: the set is not prepared and cannot be (one line saying how to get it).
+    """
+    options = data.corrupted.eval_options(dataset, corruption, severity, self.config.name,
+                                          self.config.options.to_dict())
+    # Returned, not yielded from: bad names fail at the call, not at the first batch.
+    return self._global_batches(dataset, "test", mesh, max_examples, options)
+
   def _global_batches(self, name: str, split: str, mesh: jax.sharding.Mesh, max_examples: int,
                       options: dict[str, Any]) -> Iterator[dict[str, jax.Array]]:
     """One evaluation pass over `name`'s tfds `split`, this host's share of each global batch

@@ -93,6 +93,10 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   """Combinations of loss, data options, CRL and evaluation that the dataset `meta` cannot
   serve."""
   problems = []
+  if config.data.name in data_lib.corrupted.CORRUPTED_DATASETS:
+    problems.append(f"dataset {config.data.name!r} holds corrupted copies of "
+                    f"{data_lib.corrupted.clean_of(config.data.name)}'s test split only: train on "
+                    f"that, and evaluate with eval.py --shift=dataset:{config.data.name}")
   objectness = bool(config.data.train_options.to_dict().get("objectness", False))
   if config.loss == "als" and not objectness:
     problems.append("loss 'als' needs per-example objectness: set "
@@ -127,6 +131,9 @@ def ood_problems(ood: str, meta: Any) -> list[str]:
   if name not in data_lib.names():
     return [f"eval.ood={ood!r}: unknown dataset {name!r}; valid names: "
             f"{', '.join(data_lib.names())}"]
+  if name in data_lib.corrupted.CORRUPTED_DATASETS:  # one tfds config per corruption, severity
+    return [f"eval.ood={ood!r}: {name} holds one corrupted copy of a test split per corruption "
+            f"and severity; evaluate it with eval.py --shift=dataset:{name}"]
   other = data_lib.info(name)
   if other.task != "classification" or other.input_shape[-1] != meta.input_shape[-1]:
     return [f"eval.ood={ood!r}: {name} is a {other.task} set of {other.input_shape[-1]}-channel "

@@ -1,0 +1,1 @@
+"""Calibration under distribution shift on Fashion-MNIST (`python -m studies.shift`)."""

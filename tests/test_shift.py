@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from calib_jax import shift
-from calib_jax.shift import blur, core, digital, noise
+from calib_jax.shift import blur, core, digital, geometric, noise
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "shift")
 FAMILIES = (noise, blur, digital)
@@ -179,3 +179,34 @@ def test_rotate_zero_fills_the_corners():
   ones = np.ones((1, 28, 28, 1), np.float32)
   turned = np.asarray(shift.rotate(ones, 45))
   assert turned[0, 0, 0, 0] == 0 and turned[0, 14, 14, 0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("delta,iterations", [(1, 2), (2, 1), (3, 2)])
+def test_glass_blur_copies_in_parallel_equal_the_references_sequential_copies(delta, iterations):
+  # The reference visits rows and columns in decreasing order and copies pixel (h + dy, w + dx)
+  # into (h, w), one after another: `_copy_pass` resolves the chains by pointer jumping.
+  height, width, batch = 9, 11, 3
+  sites = geometric.glass_swap_sites(height, width, delta, iterations)
+  rng = np.random.default_rng(delta)
+  offsets = rng.integers(-delta, delta, (batch, sites.shape[0], 2))
+  partners = sites[None, :] + offsets[..., 1] * width + offsets[..., 0]
+  expected = np.tile(np.arange(height * width), (batch, 1))
+  for b in range(batch):
+    for t, site in enumerate(sites):
+      expected[b, site] = expected[b, partners[b, t]]
+  per_pass = sites.shape[0] // iterations
+  for copy_pass in (geometric._copy_pass_in_order, geometric._copy_pass_by_jumping):
+    order = jnp.tile(jnp.arange(height * width, dtype=jnp.int32), (batch, 1))
+    for i in range(iterations):
+      window = slice(i * per_pass, (i + 1) * per_pass)
+      order = jax.jit(copy_pass)(order, jnp.asarray(sites[window]),
+                                 jnp.asarray(partners[:, window], jnp.int32))
+    np.testing.assert_array_equal(np.asarray(order), expected, err_msg=copy_pass.__name__)
+
+
+def test_glass_blur_jumps_pointers_on_accelerators_and_copies_in_order_on_cpus():
+  lowered = {platform: jax.jit(geometric._copy_pass).trace(
+      jnp.zeros((2, 20), jnp.int32), jnp.arange(10, dtype=jnp.int32),
+      jnp.zeros((2, 10), jnp.int32)).lower(lowering_platforms=(platform,)).as_text()
+      for platform in ("cpu", "cuda")}
+  assert "stablehlo.while" in lowered["cpu"] and "stablehlo.while" not in lowered["cuda"]

@@ -1,0 +1,187 @@
+"""The shift study's report: docs/results/shift.md, its figures, and the README's summary.
+
+Inputs are `results["shift"]` dicts (`eval.py --shift`'s layout, `calib_jax.plotting_shift`):
+per row, one per sweep member (5 seeds), and one per deep ensemble. Numbers:
+
+* a row's value in a cell (corruption x severity, or angle) is the mean over its members; its
+  interval is the t-interval over the 5 seeds (95 %, t = 2.776 at 4 degrees of freedom);
+* a severity's value is the mean over the 15 corruptions (Uncertainty Baselines' cA, cECE,
+  cNLL); "CE + TS" is CE's `post_temperature` method (T fitted on the clean held-out split);
+* a comparison of two rows (A - B) is paired by seed where both have seeds and by corruption
+  where one is an ensemble (one model): the mean difference with its 95 % t-interval, so an
+  interval that excludes 0 is a difference the seeds (or corruptions) do not explain.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from typing import Any, Mapping, Sequence
+
+from scipy import stats
+
+from studies.shift import config as study_config
+
+METRICS = ("accuracy", "ece", "nll")
+ROW_LABELS = {"ce": "CE", "ce_ts": "CE + TS", "ls": "LS", "focal": "FL", "lr": "LR",
+              "mbls": "MbLS", "acls": "ACLS", "ens_ce": "CE ensemble (5)",
+              "ens_mbls": "MbLS ensemble (5)", "ens_lr": "LR ensemble (5)"}
+SEVERITIES = ("1", "2", "3", "4", "5")
+REPORT_FILE = "shift.md"
+BOXES_FILE = "shift_boxplots.png"
+ROTATION_FILE = "shift_rotation.png"
+README_BEGIN = "<!-- shift study: begin -->"
+README_END = "<!-- shift study: end -->"
+
+
+def interval(values: Sequence[float]) -> tuple[float, float]:
+  """Mean and the half-width of its 95 % t-interval (0 for a single value)."""
+  values = [v for v in values if v is not None and not math.isnan(v)]
+  if not values:
+    return float("nan"), float("nan")
+  mean = statistics.fmean(values)
+  if len(values) < 2:
+    return mean, 0.0
+  half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+  return mean, float(half)
+
+
+def _method_view(shift: Mapping[str, Any], method: str) -> dict[str, Any]:
+  """`shift` with `method`'s numbers as "pre_temperature" (so that CE + TS is drawn as a run)."""
+  def cell(c):
+    return {"pre_temperature": c[method]}
+  out = {"table": shift["table"], "kind": shift["kind"], "clean": cell(shift["clean"])}
+  if shift["kind"] == "rotate":
+    out["rotate"] = {a: cell(c) for a, c in shift["rotate"].items()}
+  else:
+    out["corruptions"] = {n: {s: cell(c) for s, c in by.items()}
+                          for n, by in shift["corruptions"].items()}
+  return out
+
+
+def mean_member(shifts: Sequence[Mapping[str, Any]], method: str = "pre_temperature"
+                ) -> dict[str, Any]:
+  """One `results["shift"]` dict whose every number is the members' mean (method `method`,
+  stored as "pre_temperature")."""
+  views = [_method_view(s, method) for s in shifts]
+
+  def average(cells):
+    return {"pre_temperature": {m: statistics.fmean(c["pre_temperature"][m] for c in cells)
+                                for m in cells[0]["pre_temperature"]}}
+
+  out = {"table": views[0]["table"], "kind": views[0]["kind"],
+         "clean": average([v["clean"] for v in views])}
+  if out["kind"] == "rotate":
+    out["rotate"] = {a: average([v["rotate"][a] for v in views]) for a in views[0]["rotate"]}
+  else:
+    out["corruptions"] = {n: {s: average([v["corruptions"][n][s] for v in views])
+                              for s in by} for n, by in views[0]["corruptions"].items()}
+  return out
+
+
+def severity_values(shift: Mapping[str, Any], metric: str) -> dict[str, float]:
+  """'clean' and each severity -> `metric` ("pre_temperature" view), averaged over the
+  corruptions."""
+  out = {"clean": shift["clean"]["pre_temperature"][metric]}
+  for s in SEVERITIES:
+    out[s] = statistics.fmean(by[s]["pre_temperature"][metric]
+                              for by in shift["corruptions"].values() if s in by)
+  return out
+
+
+def corruption_values(shift: Mapping[str, Any], severity: str, metric: str) -> dict[str, float]:
+  """Corruption -> `metric` at `severity`."""
+  return {n: by[severity]["pre_temperature"][metric] for n, by in shift["corruptions"].items()}
+
+
+def angle_values(shift: Mapping[str, Any], metric: str) -> dict[str, float]:
+  return {a: c["pre_temperature"][metric] for a, c in shift["rotate"].items()}
+
+
+def runs_of(loaded: Mapping[str, Mapping[str, Any]], kind: str) -> dict[str, list[dict]]:
+  """Report rows -> their models' "pre_temperature" views of `kind`: the rows' members, CE's
+  after temperature scaling as "ce_ts", and the ensembles (one model each)."""
+  runs = {}
+  for row in study_config.ROWS:
+    members = loaded.get(row, {}).get(kind)
+    if members:
+      runs[row] = [_method_view(m, "pre_temperature") for m in members]
+      if row == "ce":
+        runs["ce_ts"] = [_method_view(m, "post_temperature") for m in members]
+  for row in study_config.ENSEMBLE_ROWS:
+    ensemble = loaded.get(f"ens_{row}", {}).get(kind)
+    if ensemble:
+      runs[f"ens_{row}"] = [_method_view(ensemble, "pre_temperature")]
+  return runs
+
+
+def compare(a: list[dict], b: list[dict], kind: str, metric: str, where: str
+            ) -> tuple[float, float]:
+  """Mean difference A - B of `metric` at `where` (a severity, "clean" or an angle) with its
+  95 % t-interval: paired by seed when both rows have several models, else by corruption
+  (against the other row's mean member)."""
+  if len(a) > 1 and len(b) > 1:
+    def value(shift):
+      if kind == "rotate":
+        return angle_values(shift, metric)[where]
+      return severity_values(shift, metric)[where]
+    return interval([value(x) - value(y) for x, y in zip(a, b)])
+  mean_a, mean_b = mean_member(a), mean_member(b)
+  if kind == "rotate" or where == "clean":
+    value = (angle_values if kind == "rotate" else
+             lambda s, m: {"clean": s["clean"]["pre_temperature"][m]})
+    return value(mean_a, metric)[where] - value(mean_b, metric)[where], float("nan")
+  va, vb = corruption_values(mean_a, where, metric), corruption_values(mean_b, where, metric)
+  return interval([va[n] - vb[n] for n in va])
+
+
+def _fmt(mean: float, half: float, digits: int = 3) -> str:
+  if math.isnan(half):
+    return f"{mean:.{digits}f}"
+  return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+def severity_table(runs: Mapping[str, list[dict]], metric: str) -> list[str]:
+  """Markdown: one line per row, the metric on the clean test set and at each severity."""
+  lines = ["| row | test | " + " | ".join(f"severity {s}" for s in SEVERITIES) + " |",
+           "|---|" + "---:|" * (len(SEVERITIES) + 1)]
+  for row, models in runs.items():
+    per_model = [severity_values(m, metric) for m in models]
+    cells = [_fmt(*interval([v[w] for v in per_model])) for w in ("clean",) + SEVERITIES]
+    lines.append(f"| {ROW_LABELS[row]} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def angle_table(runs: Mapping[str, list[dict]], metric: str) -> list[str]:
+  angles = list(next(iter(runs.values()))[0]["rotate"])
+  lines = ["| row | " + " | ".join(f"{a}°" for a in angles) + " |",
+           "|---|" + "---:|" * len(angles)]
+  for row, models in runs.items():
+    per_model = [angle_values(m, metric) for m in models]
+    lines.append(f"| {ROW_LABELS[row]} | "
+                 + " | ".join(f"{statistics.fmean(v[a] for v in per_model):.3f}" for a in angles)
+                 + " |")
+  return lines
+
+
+def load(workdir: str, locate) -> dict[str, dict[str, Any]]:
+  """`{row: {kind: [member shift dicts]}, ens_<row>: {kind: shift dict}}` from the metrics files
+  `locate(workdir, row, kind, member)` names (member None: the row's ensemble)."""
+  loaded: dict[str, dict[str, Any]] = {}
+  for row in study_config.ROWS:
+    for kind in ("corruptions", "rotate"):
+      members = []
+      for member in range(len(study_config.SEEDS)):
+        path = locate(workdir, row, kind, member)
+        if os.path.exists(path):
+          with open(path) as f:
+            members.append(json.load(f)["shift"])
+      if len(members) == len(study_config.SEEDS):
+        loaded.setdefault(row, {})[kind] = members
+      if row in study_config.ENSEMBLE_ROWS:
+        path = locate(workdir, row, kind, None)
+        if os.path.exists(path):
+          with open(path) as f:
+            loaded.setdefault(f"ens_{row}", {})[kind] = json.load(f)["shift"]
+  return loaded

@@ -47,5 +47,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The temperature is fitted by NLL on the held-out split, as eval.py always does (the LR
   # study's grid is its own protocol).
   config.eval.temperature_grid = ()
+  # Temperature scaling is the study's post-hoc method (Ovadia et al.'s question); no other
+  # calibrator and no bootstrap intervals (the study's intervals are over seeds).
+  config.eval.calibrators = ()
+  config.eval.bootstrap_samples = 0
   config.sweep = "seed=" + ",".join(map(str, SEEDS))
   return config

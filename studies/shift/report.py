@@ -33,6 +33,8 @@ BOXES_FILE = "shift_boxplots.png"
 ROTATION_FILE = "shift_rotation.png"
 README_BEGIN = "<!-- shift study: begin -->"
 README_END = "<!-- shift study: end -->"
+_FIGURE_TITLE = ("Fashion-MNIST MLP: each row's mean over 5 seeds, the ensembles of those seeds; "
+                 "CE + TS after temperature scaling, the others before")
 
 
 def interval(values: Sequence[float]) -> tuple[float, float]:
@@ -185,3 +187,93 @@ def load(workdir: str, locate) -> dict[str, dict[str, Any]]:
           with open(path) as f:
             loaded.setdefault(f"ens_{row}", {})[kind] = json.load(f)["shift"]
   return loaded
+
+
+def _answer_lines(corr: Mapping[str, list[dict]], rot: Mapping[str, list[dict]]) -> list[str]:
+  """The issue's four questions, each with the differences (95 % intervals) it rests on."""
+  lines = []
+
+  def diff(runs, a, b, metric, where, kind="corruptions"):
+    if a not in runs or b not in runs:
+      return None
+    return compare(runs[a], runs[b], kind, metric, where)
+
+  def cell(d):
+    return "pending" if d is None else _fmt(*d)
+
+  def table(title, pairs, runs, wheres, kind="corruptions"):
+    head = "| " + title + " | " + " | ".join(
+        ("test" if w == "clean" else (f"{w}°" if kind == "rotate" else f"severity {w}"))
+        for w in wheres) + " |"
+    out = [head, "|---|" + "---:|" * len(wheres)]
+    for a, b, metric in pairs:
+      out.append(f"| {metric.upper() if metric != 'accuracy' else 'accuracy'}: "
+                 f"{ROW_LABELS[a]} − {ROW_LABELS[b]} | "
+                 + " | ".join(cell(diff(runs, a, b, metric, w, kind)) for w in wheres) + " |")
+    return out
+
+  wheres = ("clean",) + SEVERITIES
+  losses = [r for r in ("ls", "focal", "lr", "mbls", "acls") if r in corr]
+  lines += ["### 1. Does training-time calibration survive shift?", "",
+            "ECE of each loss minus CE's, paired by seed (negative: better calibrated than CE):",
+            ""]
+  lines += table("ECE difference", [(r, "ce", "ece") for r in losses], corr, wheres)
+  lines += ["", "### 2. Does temperature scaling fitted on clean data help or hurt under shift?",
+            "", "CE + TS minus CE (T fitted on the clean held-out split), paired by seed:", ""]
+  lines += table("difference", [("ce_ts", "ce", "ece"), ("ce_ts", "ce", "nll")], corr, wheres)
+  if rot:
+    angles = ("0", "45", "90", "135", "180")
+    lines += ["", "Under rotation:", ""]
+    lines += table("difference", [("ce_ts", "ce", "ece"), ("ce_ts", "ce", "nll")], rot, angles,
+                   "rotate")
+  lines += ["", "### 3. Do ensembles beat the calibration losses?", "",
+            "The CE ensemble minus each loss's mean member, paired by corruption (one ensemble):",
+            ""]
+  lines += table("difference", [("ens_ce", r, m) for r in ["ce_ts"] + losses
+                                for m in ("ece", "nll")], corr, SEVERITIES)
+  lines += ["", "### 4. Is an ensemble of MbLS members better than one of CE members?", "",
+            "MbLS ensemble minus CE ensemble, paired by corruption:", ""]
+  lines += table("difference", [("ens_mbls", "ens_ce", m) for m in ("accuracy", "ece", "nll")],
+                 corr, SEVERITIES)
+  return lines
+
+
+def write_report(workdir: str, out_dir: str, readme: str = "") -> str:
+  """Writes `<out_dir>/shift.md` and its figures from the committed results
+  (`<out_dir>/shift/...`, `studies.shift.run`); returns the report's path."""
+  from calib_jax import plotting_shift  # pylint: disable=import-outside-toplevel
+  from studies.shift import run  # pylint: disable=import-outside-toplevel
+  del workdir  # the report reads the committed results only
+  loaded = load(out_dir, lambda d, row, kind, m: run.result_path(d, row, kind, m))
+  corr, rot = runs_of(loaded, "corruptions"), runs_of(loaded, "rotate")
+  lines = ["# Calibration under distribution shift (Fashion-MNIST MLP)", "",
+           "Produced by `python -m studies.shift` (rows: `studies/shift/config.py`; evaluation: "
+           "`eval.py --shift`, `studies/shift/run.py`). Mean over the 5 seeds ± the 95 % "
+           "t-interval; a severity's value is the mean over the 15 corruptions (CIFAR-10-C "
+           "table, grey images corrupted as 3 equal channels).", ""]
+  done = [ROW_LABELS[r] for r in corr]
+  lines += [f"Rows with results: {', '.join(done) if done else 'none yet'}.", ""]
+  figures = {}
+  if corr:
+    figures["boxes"] = plotting_shift.shift_boxplots(
+        {ROW_LABELS[r]: mean_member(m) for r, m in corr.items()},
+        os.path.join(out_dir, BOXES_FILE), metrics=("accuracy", "ece", "nll"),
+        title=_FIGURE_TITLE + " (CIFAR-10-C table)")
+    lines += [f"![accuracy, ECE and NLL against severity]({BOXES_FILE})", ""]
+    for metric in METRICS:
+      lines += [f"## {metric.upper() if metric != 'accuracy' else 'Accuracy'} against severity",
+                ""] + severity_table(corr, metric) + [""]
+  if rot:
+    figures["rotation"] = plotting_shift.rotation_curves(
+        {ROW_LABELS[r]: mean_member(m) for r, m in rot.items()},
+        os.path.join(out_dir, ROTATION_FILE), metrics=("accuracy", "ece", "nll"),
+        title=_FIGURE_TITLE + " (rotated test images)")
+    lines += [f"![accuracy, ECE and NLL against angle]({ROTATION_FILE})", ""]
+    for metric in METRICS:
+      lines += [f"## {metric.upper() if metric != 'accuracy' else 'Accuracy'} against angle",
+                ""] + angle_table(rot, metric) + [""]
+  lines += ["## The questions", ""] + _answer_lines(corr, rot) + [""]
+  path = os.path.join(out_dir, REPORT_FILE)
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  return path

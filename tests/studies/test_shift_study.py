@@ -1,0 +1,62 @@
+"""The shift study's report (studies/shift/report.py) on made-up results of the eval layout."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from studies.shift import config as study_config
+from studies.shift import report, run
+
+NAMES = ("gaussian_noise", "fog")
+
+
+def _metrics(rng, shift_amount):
+  return {"accuracy": 0.9 - shift_amount, "ece": 0.02 + shift_amount / 2 + rng.normal(0, 1e-3),
+          "aece": 0.02, "nll": 0.3 + shift_amount, "brier": 0.1, "aurc": 0.01}
+
+
+def _shift(kind, rng, offset=0.0):
+  def cell(amount):
+    pre = _metrics(rng, amount + offset)
+    post = {**pre, "ece": pre["ece"] / 2}
+    return {"pre_temperature": pre, "post_temperature": post}
+  out = {"table": "cifar10", "kind": kind, "clean": cell(0.0)}
+  if kind == "rotate":
+    out["rotate"] = {str(a): cell(a / 1000) for a in range(0, 181, 15)}
+  else:
+    out["corruptions"] = {n: {str(s): cell(s / 50) for s in range(1, 6)} for n in NAMES}
+  return out
+
+
+def test_report_from_results_in_the_eval_layout(tmp_path):
+  rng = np.random.default_rng(0)
+  out_dir = str(tmp_path)
+  for row in ("ce", "mbls"):
+    for kind in ("rotate", "corruptions"):
+      for member in range(len(study_config.SEEDS)):
+        path = run.result_path(out_dir, row, kind, member)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+          json.dump({"shift": _shift(kind, rng, 0.01 if row == "mbls" else 0.0)}, f)
+      with open(run.result_path(out_dir, row, kind, None), "w") as f:
+        json.dump({"shift": _shift(kind, rng, -0.01)}, f)
+  path = report.write_report("unused", out_dir)
+  text = open(path).read()
+  assert "Rows with results: CE, CE + TS, MbLS, CE ensemble (5), MbLS ensemble (5)." in text
+  assert os.path.getsize(os.path.join(out_dir, report.BOXES_FILE)) > 10_000
+  assert os.path.getsize(os.path.join(out_dir, report.ROTATION_FILE)) > 10_000
+  # CE + TS halves ECE in every made-up cell: its difference to CE is negative everywhere.
+  loaded = report.load(out_dir, lambda d, r, k, m: run.result_path(d, r, k, m))
+  runs = report.runs_of(loaded, "corruptions")
+  mean, half = report.compare(runs["ce_ts"], runs["ce"], "corruptions", "ece", "5")
+  assert mean < 0 and half >= 0
+  # MbLS's made-up accuracy is 0.01 lower than CE's at every cell, paired by seed.
+  mean, half = report.compare(runs["mbls"], runs["ce"], "corruptions", "accuracy", "3")
+  assert mean == pytest.approx(-0.01) and half == pytest.approx(0.0, abs=1e-9)
+  assert "| ECE: LS − CE |" not in text  # rows without results are left out, not invented
+
+
+def test_interval_is_the_t_interval_of_the_mean():
+  mean, half = report.interval([1.0, 2.0, 3.0])
+  assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / np.sqrt(3), rel=1e-5)

@@ -145,6 +145,24 @@ class DataRecipe:
     yield from self._global_batches(self.config.name, self.split(role), mesh, max_examples,
                                     options)
 
+  def input_statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(mean, std)` per channel that the pipeline normalises this dataset's images with,
+    `(x / 255 - mean) / std` (`PipelineOptions.input_statistics` of `options`): what a step
+    applies on the device to the uint8 images of a `raw_images=True` stream."""
+    options = data.PipelineOptions.create(self.meta, self.config.options.to_dict())
+    return options.input_statistics(self.meta)
+
+  def corrupted_stream(self, dataset: str, corruption: str, severity: int,
+                       mesh: jax.sharding.Mesh, *, max_examples: int = -1
+                       ) -> Iterator[dict[str, jax.Array]]:
+    """One pass over stored corrupted images (`eval.shift='dataset:NAME'`) as raw uint8 global
+    batches at this dataset's input size: the registered `dataset`'s tfds config
+    `<corruption>_<severity>` (tfds `cifar10_corrupted/gaussian_noise_1`, ...), split 'test'."""
+    options: dict[str, Any] = {
+        "tfds_name": f"{dataset}/{corruption}_{severity}", "raw_images": True,
+        "image_size": self.config.options.get("image_size") or tuple(self.meta.input_shape[:2])}
+    yield from self._global_batches(dataset, "test", mesh, max_examples, options)
+
   def _global_batches(self, name: str, split: str, mesh: jax.sharding.Mesh, max_examples: int,
                       options: dict[str, Any]) -> Iterator[dict[str, jax.Array]]:
     """One evaluation pass over `name`'s tfds `split`, this host's share of each global batch

@@ -9,7 +9,7 @@ takes one sub-config (or the whole config) and returns its problems, one line ea
   `pretrained_problems`;
 * `option_problems`: data options the dataset's pipeline rejects;
 * `task_problems`: combinations the dataset cannot serve (ALS without boxes, CRL on
-  segmentation, context evaluation or OOD sets it has not).
+  segmentation, context evaluation or OOD sets it has not, `eval.shift` without images).
 """
 import os
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import ml_collections
 
 from calib_jax import data as data_lib
-from calib_jax import losses, posthoc
+from calib_jax import losses, posthoc, shift
 from calib_jax.losses import schedule as loss_schedules
 from calib_jax.data import resident
 from calib_jax.experiment.data import DataRecipe, ROLES
@@ -102,7 +102,42 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   if config.eval.context_eval and not meta.has_boxes:
     problems.append(f"eval.context_eval needs boxes to remove objects; dataset "
                     f"{config.data.name!r} has none")
-  return problems + ood_problems(config.eval.ood, meta)
+  return problems + ood_problems(config.eval.ood, meta) + shift_problems(config.eval, meta)
+
+
+def shift_problems(eval_config: ml_collections.ConfigDict, meta: Any) -> list[str]:
+  """What is wrong with `eval.shift` and `eval.shift_table` (see the schema) for dataset
+  `meta`: a spec `shift.parse_spec` rejects, a dataset without images of 1 or 3 channels,
+  rotated segmentation maps, an unknown table, stored corrupted sets that are not registered."""
+  text = eval_config.shift
+  if not text:
+    return []
+  try:
+    spec = shift.parse_spec(text)
+  except ValueError as e:
+    return [f"eval.{e}"]
+  if meta.task == "text":
+    return [f"eval.shift={text!r} corrupts images; dataset {meta.name!r} is a text task"]
+  shape = tuple(meta.input_shape)
+  if len(shape) != 3 or shape[-1] not in (1, 3):
+    return [f"eval.shift={text!r} corrupts images of 1 or 3 channels; dataset {meta.name!r} "
+            f"has inputs of shape {shape}"]
+  problems = []
+  if spec.kind == "rotate" and meta.task == "segmentation":
+    problems.append(f"eval.shift='rotate' turns the images but not their label maps; dataset "
+                    f"{meta.name!r} is a segmentation task (use corruptions)")
+  if spec.kind == "dataset" and spec.dataset not in data_lib.names():
+    problems.append(f"eval.shift={text!r}: unknown dataset {spec.dataset!r}; valid names: "
+                    f"{', '.join(data_lib.names())}")
+  table = eval_config.shift_table
+  if table and table not in shift.table_names():
+    problems.append(f"eval.shift_table={table!r}: unknown table; choose one of "
+                    f"{', '.join(shift.table_names())} or '' (by the dataset)")
+  unknown = [c for c in eval_config.calibrators if c not in posthoc.calibrator_names()]
+  if unknown and not eval_config.toolkit:  # with the toolkit, `eval_problems` says so
+    problems.append(f"eval.calibrators: unknown calibrator {unknown[0]!r}; valid names: "
+                    f"{', '.join(posthoc.calibrator_names())}")
+  return problems
 
 
 def ood_problems(ood: str, meta: Any) -> list[str]:

@@ -16,6 +16,8 @@ from calib_jax.evaluation import run as evaluation
 from calib_jax.evaluation import shift as shift_eval
 from calib_jax.evaluation import shift_progress
 from calib_jax.run import loop
+from calib_jax.training import parallel
+from test_evaluation_run import TINY_CLUTTER, tiny_fcn  # noqa: F401
 from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
 SPEC = "gaussian_noise,contrast:1,2"
@@ -130,18 +132,25 @@ def test_an_interrupted_evaluation_resumes_with_the_remaining_cells(trained, eva
   resumed = evaluation.evaluate_run(config, workdir)
   assert computed == CELLS[2:]  # only the remaining cells
   assert resumed["shift"] == evaluated["shift"]  # what an uninterrupted run gave
-  # Another checkpoint step (or config) does not reuse the cells.
-  computed.clear()
-  config.eval.num_bins = 10
-  evaluation.evaluate_run(config, workdir)
-  assert computed == CELLS
+  # The cells are keyed by the checkpoint step and the config (all of it but eval.shift).
+  key = json.load(open(progress))["key"]
+  assert key["step"] == 8 and sorted(shift_progress.load(progress, key)) == sorted(CELLS)
+  assert shift_progress.load(progress, {**key, "step": 4}) == {}
+  other = shift_config()
+  other.eval.shift = "all"
+  assert shift_progress.run_key(other, {})["config"] == shift_progress.run_key(config, {})[
+      "config"]
+  other.eval.num_bins = 10
+  assert shift_progress.run_key(other, {})["config"] != shift_progress.run_key(config, {})[
+      "config"]
 
 
 def test_rotate_kind_and_ensemble_of_a_sweep(tmp_path):
-  config = shift_config(**{"num_train_steps": 4})
+  config = shift_config(**{"num_train_steps": 2})
   config.sweep = "seed=0,1"
   config.eval.shift = "rotate"
   config.eval.calibrators = ()
+  config.eval.bootstrap_samples = 0
   workdir = str(tmp_path / "sweep")
   loop.train_and_evaluate(config, workdir)
   results = evaluation.evaluate_ensemble(config, workdir)
@@ -156,6 +165,44 @@ def test_rotate_kind_and_ensemble_of_a_sweep(tmp_path):
   for cell in part["rotate"].values():
     assert cell["pre_temperature"]["nll"] <= cell["mean_member"]["nll"] + 1e-5
   assert "90 deg" in evaluation.format_ensemble(results)
+
+
+def test_segmentation_corrupts_the_image_and_scores_every_pixel(tiny_fcn):
+  """A random-init segmenter on generated scenes: per-pixel metrics before and after T, from
+  the streaming accumulators; the images are corrupted, the label maps read as they are."""
+  config = tiny_config(**{"data.name": "clutter_objects_seg", "model": tiny_fcn,
+                          "model_kwargs": {}, "data.options": TINY_CLUTTER,
+                          "data.eval_batch_size": 16})
+  config.eval.shift = "impulse_noise:5"
+  experiment = experiment_lib.build(config)
+  variables = parallel.replicate(experiment.initial_variables(jax.random.key(0)),
+                                 experiment.mesh)
+  rng = np.random.default_rng(0)
+  num_classes = experiment.meta.num_classes
+  fit = {"logits": rng.normal(size=(500, num_classes)).astype(np.float32),
+         "labels": rng.integers(0, num_classes, 500)}
+  report = shift_eval.ShiftReport(experiment, fit_samples=lambda: fit)
+  seen = []
+  original = shift_eval._corrupted
+
+  def spy(name, severity, table):
+    corrupt = original(name, severity, table)
+    return lambda images, key, param: seen.append(images.shape) or corrupt(images, key, param)
+
+  shift_eval._corrupted, spy_on = spy, original
+  try:
+    part = report.run(variables)["shift"]
+  finally:
+    shift_eval._corrupted = spy_on
+  assert seen and len(seen[0]) == 4 and seen[0][-1] == 3  # the [B, H, W, 3] images only
+  assert set(part["corruptions"]["impulse_noise"]["5"]) == {"pre_temperature",
+                                                            "post_temperature"}
+  for cell in (part["clean"], part["corruptions"]["impulse_noise"]["5"]):
+    for method in cell.values():
+      assert set(method) == set(shift_eval.METRICS)
+      assert 0 <= method["accuracy"] <= 1 and method["nll"] > 0
+  assert part["clean"]["pre_temperature"] != part["corruptions"]["impulse_noise"]["5"][
+      "pre_temperature"]
 
 
 @pytest.mark.parametrize("spec, line", [

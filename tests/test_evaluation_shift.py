@@ -167,7 +167,7 @@ def test_rotate_kind_and_ensemble_of_a_sweep(tmp_path):
   assert "90 deg" in evaluation.format_ensemble(results)
 
 
-def test_segmentation_corrupts_the_image_and_scores_every_pixel(tiny_fcn):
+def test_segmentation_corrupts_the_image_and_scores_every_pixel(tiny_fcn, monkeypatch):
   """A random-init segmenter on generated scenes: per-pixel metrics before and after T, from
   the streaming accumulators; the images are corrupted, the label maps read as they are."""
   config = tiny_config(**{"data.name": "clutter_objects_seg", "model": tiny_fcn,
@@ -189,11 +189,8 @@ def test_segmentation_corrupts_the_image_and_scores_every_pixel(tiny_fcn):
     corrupt = original(name, severity, table)
     return lambda images, key, param: seen.append(images.shape) or corrupt(images, key, param)
 
-  shift_eval._corrupted, spy_on = spy, original
-  try:
-    part = report.run(variables)["shift"]
-  finally:
-    shift_eval._corrupted = spy_on
+  monkeypatch.setattr(shift_eval, "_corrupted", spy)
+  part = report.run(variables)["shift"]
   assert seen and len(seen[0]) == 4 and seen[0][-1] == 3  # the [B, H, W, 3] images only
   assert set(part["corruptions"]["impulse_noise"]["5"]) == {"pre_temperature",
                                                             "post_temperature"}

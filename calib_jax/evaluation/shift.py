@@ -54,6 +54,28 @@ def default_table(dataset: str, image_hw: tuple[int, int]) -> str:
   return "cifar10" if max(image_hw) <= 32 else "imagenet"
 
 
+def table_for(experiment: Experiment) -> str:
+  """The table of the experiment's `eval.shift`: `eval.shift_table`, else `default_table` of
+  its dataset and input size; 'dataset:NAME' for stored corrupted images."""
+  spec = shift.parse_spec(experiment.config.eval.shift)
+  if spec.kind == "dataset":
+    return f"dataset:{spec.dataset}"
+  image_hw = data_lib.PipelineOptions.create(
+      experiment.meta, experiment.data.config.options.to_dict()).image_hw(experiment.meta)
+  return experiment.config.eval.shift_table or default_table(experiment.meta.name, image_hw)
+
+
+def shift_images_fn(name: str, severity: int, table: str) -> step_lib.ShiftImages:
+  """`shift_images(images, key, param)` of a cell of `make_shifted_predict_fn`: the identity
+  ('clean', and stored corrupted sets), a rotation by the traced angle ('rotate'), or the
+  corruption `name` at `severity` from `table`."""
+  if name == CLEAN or table.startswith("dataset:"):
+    return _identity
+  if name == "rotate":
+    return _rotated
+  return _corrupted(name, severity, table)
+
+
 def _identity(images: jax.Array, key: jax.Array, param: jax.Array) -> jax.Array:
   del key, param
   return images
@@ -106,10 +128,7 @@ class ShiftReport:
     self.experiment, self.split, self.stacked = experiment, split, stacked
     self.settings = experiment.config.eval
     self.spec = shift.parse_spec(self.settings.shift)
-    image_hw = data_lib.PipelineOptions.create(
-        experiment.meta, experiment.data.config.options.to_dict()).image_hw(experiment.meta)
-    self.table = (f"dataset:{self.spec.dataset}" if self.spec.kind == "dataset" else
-                  self.settings.shift_table or default_table(experiment.meta.name, image_hw))
+    self.table = table_for(experiment)
     self._fit_samples = fit_samples
     self.segmentation = experiment.meta.task == "segmentation"
     statistics = experiment.data.input_statistics()
@@ -123,12 +142,10 @@ class ShiftReport:
 
   def _predict(self, name: str, severity: int) -> Callable:
     """The compiled program of a cell (one per corruption and severity; one for all angles)."""
-    if name == CLEAN or self.spec.kind == "dataset":
-      key, shift_images = (CLEAN, 0), _identity
-    elif name == "rotate":
-      key, shift_images = ("rotate", 0), _rotated
-    else:
-      key, shift_images = (name, severity), _corrupted(name, severity, self.table)
+    shift_images = shift_images_fn(name, severity, self.table)
+    # One program serves every cell of the identity (clean, stored sets) and every angle.
+    key = (shift_images.__name__, 0) if shift_images in (_identity, _rotated) else (name,
+                                                                                    severity)
     if key not in self._programs:
       self._programs[key] = self._program(shift_images)
     return self._programs[key]

@@ -1,6 +1,7 @@
 """Evaluation under shift (`eval.py --shift`, `evaluation.shift.ShiftReport`) on a tiny trained
-digits run: the metrics.json format, the clean cell against the report, the on-device
-corruption against `shift.corrupt`, resuming after an interruption, ensembles, bad specs."""
+digits run over 8 fake devices: the metrics.json format, the clean cell against the report, the
+on-device corruption against `shift.corrupt`, the host one (jpeg), resuming after an
+interruption, ensembles, segmentation, bad specs."""
 import json
 import os
 
@@ -20,8 +21,9 @@ from calib_jax.training import parallel
 from test_evaluation_run import TINY_CLUTTER, tiny_fcn  # noqa: F401
 from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
 
-SPEC = "gaussian_noise,contrast:1,2"
-CELLS = ["clean"] + [f"{n}/{s}" for n in ("gaussian_noise", "contrast") for s in (1, 2)]
+SPEC = "gaussian_noise,jpeg_compression:1,2"  # jpeg: on the host, 8 devices
+CELLS = ["clean"] + [f"{n}/{s}" for n in ("gaussian_noise", "jpeg_compression")
+                   for s in (1, 2)]
 
 
 def shift_config(**overrides):
@@ -55,8 +57,8 @@ def test_metrics_json_has_the_shift_entry_in_its_format(trained, evaluated):
   assert set(part) == {"table", "kind", "clean", "corruptions", "summary"}
   methods = {"pre_temperature", "post_temperature", "temperature", "isotonic"}
   assert set(part["clean"]) == methods
-  assert set(part["corruptions"]) == {"gaussian_noise", "contrast"}
-  for name in ("gaussian_noise", "contrast"):
+  assert set(part["corruptions"]) == {"gaussian_noise", "jpeg_compression"}
+  for name in ("gaussian_noise", "jpeg_compression"):
     assert set(part["corruptions"][name]) == {"1", "2"}
     for cell in part["corruptions"][name].values():
       assert set(cell) == methods
@@ -67,8 +69,9 @@ def test_metrics_json_has_the_shift_entry_in_its_format(trained, evaluated):
     for s in ("1", "2"):
       for k in shift_eval.METRICS:
         assert part["summary"][method][s][k] == pytest.approx(np.mean(
-            [part["corruptions"][n][s][method][k] for n in ("gaussian_noise", "contrast")]))
-  # Temperature scaling keeps every prediction; the strongest contrast loss costs accuracy.
+            [part["corruptions"][n][s][method][k] for n in ("gaussian_noise",
+                                                             "jpeg_compression")]))
+  # Temperature scaling keeps every prediction.
   assert part["clean"]["post_temperature"]["accuracy"] == part["clean"]["pre_temperature"][
       "accuracy"]
   lines = "\n".join(shift_eval.format_lines(evaluated))

@@ -36,6 +36,7 @@ from absl import logging
 from calib_jax import data as data_lib
 from calib_jax import ensemble, metrics, posthoc, shift
 from calib_jax.evaluation import shift_progress as progress
+from calib_jax.shift import core as shift_core
 from calib_jax.evaluation import validation
 from calib_jax.experiment import Experiment
 from calib_jax.training import reporting
@@ -69,8 +70,8 @@ def shift_images_fn(name: str, severity: int, table: str) -> step_lib.ShiftImage
   """`shift_images(images, key, param)` of a cell of `make_shifted_predict_fn`: the identity
   ('clean', and stored corrupted sets), a rotation by the traced angle ('rotate'), or the
   corruption `name` at `severity` from `table`."""
-  if name == CLEAN or table.startswith("dataset:"):
-    return _identity
+  if name == CLEAN or table.startswith("dataset:") or name in shift_core.HOST_CORRUPTIONS:
+    return _identity  # host corruptions: `ShiftReport._host_shifted` before the program
   if name == "rotate":
     return _rotated
   return _corrupted(name, severity, table)
@@ -181,11 +182,27 @@ class ShiftReport:
     predict, key, param = self._cell_inputs(name, severity)
     logits, labels = [], []
     for i, batch in enumerate(self._stream(name, severity)):
-      out = predict(variables, batch, jax.random.fold_in(key, i), param)
+      batch_key = jax.random.fold_in(key, i)
+      batch = self._host_shifted(batch, name, severity, batch_key)
+      out = validation.to_host(predict(variables, batch, batch_key, param))
       valid = validation.to_host(batch["mask"]).astype(bool)
-      logits.append(validation.to_host(out if self.stacked else out[None])[:, valid])
+      logits.append((out if self.stacked else out[None])[:, valid])
       labels.append(validation.to_host(batch["label"])[valid])
     return np.concatenate(logits, axis=1), np.concatenate(labels).astype(np.int32)
+
+  def _host_shifted(self, batch: dict[str, jax.Array], name: str, severity: int,
+                    key: jax.Array) -> dict[str, jax.Array]:
+    """`batch` with a host corruption (`jpeg_compression`, Pillow's codec) applied to its whole
+    global batch of images by `shift.corrupt` on one device, then sharded again; other cells'
+    batches as they are. (Inside the sharded program, the callback stalls the other devices'
+    collectives: XLA:CPU aborted with 8 devices.)"""
+    if name not in shift_core.HOST_CORRUPTIONS:
+      return batch
+    images = np.asarray(shift.corrupt(validation.to_host(batch["image"]), name, severity,
+                                      key=key, table=self.table))
+    sharding = batch["image"].sharding
+    return {**batch, "image": jax.make_array_from_callback(images.shape, sharding,
+                                                           lambda index: images[index])}
 
   def _cell_inputs(self, name: str, severity: int):
     """The cell's program, its key (the same for a cell however the cells are ordered or
@@ -224,7 +241,9 @@ class ShiftReport:
     acc = {m: validation.accumulators(meta, bins, classwise=False, histogram=True)
            for m in ("pre_temperature", "post_temperature")}
     for i, batch in enumerate(self._stream(name, severity)):
-      logits = predict(variables, batch, jax.random.fold_in(key, i), param)
+      batch_key = jax.random.fold_in(key, i)
+      batch = self._host_shifted(batch, name, severity, batch_key)
+      logits = predict(variables, batch, batch_key, param)
       if self.stacked:
         logits = ensemble.ensemble_log_probs(logits)
       for method, t in (("pre_temperature", 1.0), ("post_temperature", temperature)):
@@ -242,7 +261,8 @@ class ShiftReport:
     todo = [c for c in cells if progress.cell_name(*c) not in done]
     logging.info("shift %s: %d cells, %d from %s", self.settings.shift, len(cells),
                  len(cells) - len(todo), self.progress_path)
-    bar = (reporting.ProgressBar(len(cells), len(cells) - len(todo), min_interval_s=0.0)
+    bar = (reporting.ProgressBar(len(cells), len(cells) - len(todo), min_interval_s=0.0,
+                                 unit="cells")
            if self.experiment.config.progress_bar else None)
     try:
       for name, severity in todo:

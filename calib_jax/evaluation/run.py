@@ -10,7 +10,9 @@
    scaling), `maps.MapReport` (class activation maps and localisation scores, or pixel
    confidence maps) and, with `eval.toolkit`, `toolkit.PosthocReport` (post-hoc calibrators
    with bootstrap intervals, conformal sets, failure and OOD detection, on the logits the
-   calibration report computed);
+   calibration report computed) and, with `eval.shift`, `shift.ShiftReport` (the report split
+   under each corruption and severity, or angle, with T and the calibrators fitted on the clean
+   fit split; resumable);
 3. writes `<workdir>/eval_<split>/metrics.json` and the evaluators' files, and returns the
    results.
 """
@@ -97,7 +99,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     `pre_temperature` and `post_temperature` (calibration and MSP-selective metrics; also
     `post_temperature_grid` at the grid temperature), `selective` (per confidence score),
     optional `context`, the map report's `localisation` / `seg_maps`, the toolkit's
-    `posthoc` (`predictions.evaluate_predictions`' dict) and `files`; `step` is
+    `posthoc` (`predictions.evaluate_predictions`' dict), with `eval.shift` the `shift` dict
+    (`shift.results_dict`) and `files`; `step` is
     None and `weights` the file's absolute path when `weights` is given.
 
   Raises:
@@ -164,8 +167,9 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
   uncertainty scores as failure-detection scores (and OOD detection against `eval.ood`, whose
   set runs through the same program). With `greedy=K`, the K distinct members with
   the lowest fit-split NLL of their average are chosen first (`ensemble.greedy_select`,
-  Caruana et al.'s forward selection, without replacement) among `members`. Results go to
-  `<workdir>/eval_<split>/ensemble/`.
+  Caruana et al.'s forward selection, without replacement) among `members`. With
+  `eval.shift`, `shift` holds the ensemble under shift (`shift.ShiftReport` with the stacked
+  program; `mean_member` besides the methods). Results go to `<workdir>/eval_<split>/ensemble/`.
 
   Args:
     members: member indices (default: all of the sweep's).

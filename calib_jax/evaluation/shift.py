@@ -13,15 +13,16 @@ split under each cell of the shift, a corruption at a severity (Hendrycks & Diet
    pipeline does, and run through the model (or an ensemble's stacked members); no corrupted
    copy is written. Stored corrupted sets (`dataset:NAME`) are read as they are;
 3. per cell and METHOD (`pre_temperature`, `post_temperature`, each calibrator; ensembles also
-   `mean_member`, the members' own pre-temperature metrics averaged) the METRICS `accuracy`,
-   `ece`, `aece`, `nll`, `brier`, `aurc`: classification from the cell's logits with the metric
-   functions of `calib_jax.metrics`; segmentation per pixel from the streaming accumulators
-   (`validation.accumulators`), the label maps left as they are, pre/post T only.
+   `mean_member`, the members' own pre-temperature metrics averaged, classification) the
+   METRICS `accuracy`, `ece`, `aece`, `nll`, `brier`, `aurc`: classification from the cell's
+   logits with the metric functions of `calib_jax.metrics`; segmentation per pixel from the
+   streaming accumulators (`validation.accumulators`), the label maps left as they are,
+   pre/post T only.
 
 Each finished cell is saved to `shift_progress.json` in the evaluation directory, keyed by the
 run (checkpoint step or weight file, members, the config but `eval.shift`, table, split): an
 interrupted evaluation keeps its cells and the rerun computes only the others
-(`progress.py`). `results_dict` assembles the `shift` entry of metrics.json (docs/shift.md).
+(`shift_progress`). `results_dict` assembles the `shift` entry of metrics.json (docs/shift.md).
 """
 import functools
 import zlib
@@ -36,9 +37,9 @@ from absl import logging
 from calib_jax import data as data_lib
 from calib_jax import ensemble, metrics, posthoc, shift
 from calib_jax.evaluation import shift_progress as progress
-from calib_jax.shift import core as shift_core
 from calib_jax.evaluation import validation
 from calib_jax.experiment import Experiment
+from calib_jax.shift import core as shift_core
 from calib_jax.training import reporting
 from calib_jax.training import step as step_lib
 

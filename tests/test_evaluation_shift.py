@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from calib_jax import data
 from calib_jax import experiment as experiment_lib
 from calib_jax import shift
 from calib_jax.config import ConfigError
@@ -238,3 +239,19 @@ def test_default_table_follows_the_image_size():
   assert shift_eval.default_table("cifar10", (32, 32)) == "cifar10"
   assert shift_eval.default_table("imagenet2012", (224, 224)) == "imagenet"
   assert shift_eval.default_table("tiny_imagenet", (64, 64)) == "tiny_imagenet"
+
+
+def test_raw_images_are_the_normalised_images_before_normalisation():
+  """The data option `raw_images`: uint8 images that `input_statistics` turns into exactly the
+  pipeline's normalised ones (digits are stored uint8 and not resized); text refuses it."""
+  normalised = next(data.make_dataset("digits", "test", batch_size=16, train=False))
+  raw = next(data.make_dataset("digits", "test", batch_size=16, train=False, raw_images=True))
+  assert raw["image"].dtype == np.uint8 and raw["image"].shape == normalised["image"].shape
+  mean, std = data.PipelineOptions.create(data.info("digits"), {}).input_statistics(
+      data.info("digits"))
+  np.testing.assert_allclose((raw["image"] / 255.0 - np.asarray(mean)) / np.asarray(std),
+                             normalised["image"], atol=1e-5)
+  np.testing.assert_array_equal(raw["label"], normalised["label"])
+  with pytest.raises(ValueError, match="newsgroups20 is a text dataset; raw_images is for "
+                                       "images"):
+    data.PipelineOptions.create(data.info("newsgroups20"), {"raw_images": True})

@@ -201,3 +201,26 @@ def test_the_training_set_on_the_devices_compiles_and_counts_in_every_chips_memo
   assert abs(grown - (resident - batch + positions)) <= 1024
   assert steps[True].fits
   assert 0.95 <= steps[True].flops / steps[False].flops <= 1.05
+
+
+def test_the_shifted_and_ensemble_eval_steps_compile_with_their_memory():
+  """`eval.py --shift`'s step (uint8 images corrupted on the chip, then the forward pass) and
+  `--ensemble`'s (the members' stacked forward passes): compiled for the target, their memory
+  reported; jpeg_compression runs on the host and is named as left out."""
+  config = small_config()
+  config.loss, config.sweep = "lr", "loss_kwargs.alpha=0.05,0.1,0.2"
+  config.eval.shift = "gaussian_noise,contrast,jpeg_compression:2"
+  result = api.dry_run(config, "v5e:2x2", config_name="default", num_train_examples=10_240)
+  shifted, ensemble = result["shift_eval"], result["ensemble_eval"]
+  assert shifted["fits"] and ensemble["fits"]
+  assert sorted(shifted["compiled"]) == ["contrast/2", "gaussian_noise/2"]
+  assert shifted["cell"] in shifted["compiled"]
+  assert "jpeg_compression" in shifted["left_out"]
+  # The parameters and the chip's 64 uint8 8x8 images at least; far below a MiB in all.
+  assert 4 * PARAMS + 64 * 64 <= shifted["argument_bytes"] <= shifted["per_chip_bytes"] < 2**20
+  assert shifted["flops"] >= matmul_flops(256 // 4, train=False)
+  # Three members' forward passes: about three times the one-member eval's matmuls.
+  assert ensemble["flops"] >= 3 * matmul_flops(256 // 4, train=False)
+  assert ensemble["argument_bytes"] >= 3 * 4 * PARAMS
+  text = api.report.text(result)
+  assert "shifted eval (" in text and "ensemble eval (3 members)" in text

@@ -9,7 +9,8 @@ With `--predictions=FILE.npz` any model's logits are evaluated instead (no confi
 post-hoc calibrators, bootstrap intervals, conformal sets, failure and OOD detection
 (`evaluation.predictions`), written to `<workdir>/eval_predictions/`. A trained run's report
 carries the same toolkit (`config.eval.toolkit`, `config.eval.calibrators`); `--ood=SET` adds
-OOD detection against the test split.
+OOD detection against the test split; `--shift=all` (or `NAME[,NAME][:SEVERITIES]`, `rotate`,
+`dataset:NAME`) adds the report under corruptions or rotations (`evaluation.shift`), resumable.
 With `--ensemble` (a sweep's run) the sweep's members (`--members=0,2,4`, or the greedy best K
 with `--ensemble_greedy=K`) are evaluated as one ensemble, their softmax probabilities averaged
 (`evaluation.run.evaluate_ensemble`), written to `<workdir>/eval_<split>/ensemble/`.
@@ -61,6 +62,12 @@ _BOOTSTRAP = absl_flags.DEFINE_integer(
     "bootstrap_samples", None, "Resamples of the toolkit's 95 % bootstrap intervals (default: "
     "config.eval.bootstrap_samples; 1000 with --predictions); 0 = no intervals, faster on a CPU.",
     lower_bound=0)
+_SHIFT = absl_flags.DEFINE_string(
+    "shift", None, "Also evaluate under distribution shift (config.eval.shift): 'all' (the 15 "
+    "benchmark corruptions, severities 1-5), 'NAME[,NAME][:SEVERITIES]' (e.g. "
+    "gaussian_noise,fog:1,3,5), 'rotate' (0-180 degrees) or 'dataset:NAME' (stored corrupted "
+    "images); the test images are corrupted on the device, T and the calibrators fitted on the "
+    "clean fit split; resumable (shift_progress.json). Table: config.eval.shift_table.")
 _WEIGHTS = absl_flags.DEFINE_string(
     "weights", None, "Weight file to evaluate instead of the workdir's checkpoint: our variables "
     "file or a PyTorch .pth/.pt/.bin/.ckpt/.safetensors state dict (or Lightning checkpoint) of "
@@ -115,6 +122,8 @@ def main(argv: list[str]) -> None:
     config.eval.ood = _OOD.value
   if _BOOTSTRAP.value is not None:
     config.eval.bootstrap_samples = _BOOTSTRAP.value
+  if _SHIFT.value is not None:
+    config.eval.shift = _SHIFT.value
   try:
     if _ENSEMBLE.value:
       _evaluate_ensemble(config, workdir)
@@ -155,9 +164,10 @@ def _evaluate_ensemble(config, workdir: str) -> None:
 def _evaluate_predictions(path: str, workdir: str) -> None:
   """`--predictions=FILE.npz`: the report of the file's logits; bad files exit with one line."""
   from calib_jax.evaluation import predictions
-  if _WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None or _OOD.value:
+  if (_WEIGHTS.value or _MEMBER.value is not None or _STEP.value is not None or _OOD.value
+      or _SHIFT.value):
     sys.exit("eval.py: --predictions evaluates a file's logits (its ood_logits array is the "
-             "OOD set); it cannot go with --weights, --member, --step or --ood")
+             "OOD set); it cannot go with --weights, --member, --step, --ood or --shift")
   try:  # Library logs (jax's backend probing) go to the log file, as for a run.
     console.setup(workdir, datasets=False)
   except OSError as e:

@@ -134,6 +134,16 @@ def _eval_fields() -> ml_collections.ConfigDict:
   # dataset with the same input channels (read at this model's input size and normalised as
   # this dataset is).
   e.ood = ""
+  # Evaluation under distribution shift (calib_jax.evaluation.shift; eval.py --shift): '' (off),
+  # 'all' (the 15 benchmark corruptions at severities 1-5), 'NAME[,NAME][:SEVERITIES]'
+  # (e.g. 'gaussian_noise,fog:1,3,5'), 'rotate' (0-180 degrees in 15-degree steps) or
+  # 'dataset:NAME' (stored corrupted images, e.g. cifar10_corrupted). The test split's images are
+  # corrupted on the device; temperature and calibrators are fitted on the clean fit split.
+  e.shift = ""
+  # Parameter table of the corruptions: 'imagenet', 'cifar10', 'tiny_imagenet', or '' (by the
+  # dataset: 'cifar10' for images of at most 32 px, 'tiny_imagenet' for tiny_imagenet, else
+  # 'imagenet', the library's default).
+  e.shift_table = ""
   return e
 
 

@@ -73,6 +73,10 @@ class PipelineOptions:
       'processed' (model inputs; needs a processing without randomness), 'decoded' (images),
       'none', or None (default): 'processed' if it applies, else 'decoded' unless the crop is
       'inception', each only if the shard fits in `caching.CACHE_MAX_BYTES` (1 GiB).
+    raw_images: 'image' is uint8 [B,H,W,C], the processed pixels (crop, fills, padding) rounded
+      to grey levels, instead of normalised float32; the model's input is then
+      `(image / 255 - mean) / std` with `(mean, std) = input_statistics(meta)`, computed on the
+      device, e.g. after corrupting the uint8 images there (`eval.shift`).
   """
   objectness: bool = False
   context_rate: float = 0.0
@@ -97,6 +101,7 @@ class PipelineOptions:
   normalize: str = "standardize"
   normalize_as: str | None = None
   cache: str | None = None
+  raw_images: bool = False
 
   @classmethod
   def create(cls, meta: DatasetMeta, options: dict[str, Any]) -> "PipelineOptions":
@@ -119,6 +124,14 @@ class PipelineOptions:
     if self.image_size is not None:
       return _pair(self.image_size)
     return meta.input_shape[0], meta.input_shape[1]
+
+  def input_statistics(self, meta: DatasetMeta) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(mean, std)` per channel of [0, 1] pixels that model inputs are normalised with,
+    `(x / 255 - mean) / std`: the dataset's (with ``normalize_as`` that dataset's); std is 1
+    for ``normalize='center'``."""
+    stats = registry.info(self.normalize_as) if self.normalize_as else meta
+    std = stats.std if self.normalize == "standardize" else (1.0,) * len(stats.std)
+    return tuple(float(m) for m in stats.mean), tuple(float(s) for s in std)
 
   def _validate(self, meta: DatasetMeta) -> None:
     name = meta.name
@@ -161,6 +174,8 @@ class PipelineOptions:
       raise ValueError(f"{name}: vocab_size must be >= 2, got {self.vocab_size}.")
     if self.shuffle_buffer < 1 or self.return_boxes < 0 or self.prefetch < 0:
       raise ValueError(f"{name}: shuffle_buffer must be >= 1, return_boxes and prefetch >= 0.")
+    if self.raw_images and meta.task == "text":
+      raise ValueError(f"{name} is a text dataset; raw_images is for images.")
     if self.image_size is not None and meta.task == "text":
       raise ValueError(f"{name} is a text dataset; use max_length, not image_size.")
     if self.image_size is not None:

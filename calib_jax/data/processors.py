@@ -66,18 +66,22 @@ def _read_boxes(ex: Example, key: str) -> tf.Tensor:
 
 
 def _input_mean(meta, opts: PipelineOptions) -> tf.Tensor:
-  """The per-channel mean (of [0, 1] pixels) subtracted: the dataset's, or with
-  ``normalize_as`` that dataset's."""
-  stats = registry.info(opts.normalize_as) if opts.normalize_as else meta
-  return tf.constant(stats.mean, tf.float32)
+  """The per-channel mean (of [0, 1] pixels) subtracted (`PipelineOptions.input_statistics`)."""
+  return tf.constant(opts.input_statistics(meta)[0], tf.float32)
 
 
 def _input_std(meta, opts: PipelineOptions) -> tf.Tensor:
-  """What centred pixels are divided by: the dataset's std (with ``normalize_as`` that
-  dataset's), or 1 for ``normalize='center'``."""
-  stats = registry.info(opts.normalize_as) if opts.normalize_as else meta
-  std = stats.std if opts.normalize == "standardize" else (1.0,) * len(stats.std)
-  return tf.constant(std, tf.float32)
+  """What centred pixels are divided by (`PipelineOptions.input_statistics`)."""
+  return tf.constant(opts.input_statistics(meta)[1], tf.float32)
+
+
+def _model_image(image: tf.Tensor, mean: tf.Tensor, std: tf.Tensor,
+                 opts: PipelineOptions) -> tf.Tensor:
+  """The batch's 'image' of a processed float image on 0..255: normalised, or with
+  ``raw_images`` rounded to uint8 grey levels (normalised on the device instead)."""
+  if opts.raw_images:
+    return tf.cast(tf.round(tf.clip_by_value(image, 0.0, 255.0)), tf.uint8)
+  return (image / 255.0 - mean) / std
 
 
 class ClassificationProcessor:
@@ -158,7 +162,7 @@ class ClassificationProcessor:
     flip = boxes_lib.random_flip(seeds[3]) if (train and self.flip) else tf.constant(False)
     image = tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
     image.set_shape([self.size[0], self.size[1], self.channels])
-    out["image"] = (image / 255.0 - self.mean) / self.std
+    out["image"] = _model_image(image, self.mean, self.std, opts)
 
     if boxes is not None and opts.wants_objectness:
       # Objectness is computed for the whole batch at once (`finish_batch`): far cheaper than
@@ -185,7 +189,7 @@ class SegmentationProcessor:
     del stored_shape  # Segmentation images come in any size.
     meta, recipe, source = spec.meta, spec.recipe, spec.source
     self.image_key, self.seg_key = source.image_key, source.seg_key
-    self.train = train
+    self.train, self.opts = train, opts
     self.random_options = ["the segmentation training crop (random scale, pad and crop)"
                            ] if train else []
     self.is_random = train
@@ -223,7 +227,7 @@ class SegmentationProcessor:
                                      mean_pixel=self.mean_pixel, ignore_label=self.ignore_label)
     seg = seg[:, :, 0]
     mask = tf.not_equal(seg, self.ignore_label)
-    return {"image": (image / 255.0 - self.mean) / self.std,
+    return {"image": _model_image(tf.cast(image, tf.float32), self.mean, self.std, self.opts),
             "label": tf.where(mask, seg, tf.zeros_like(seg)), "mask": mask}
 
 

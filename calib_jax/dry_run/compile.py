@@ -4,7 +4,9 @@ The train step is `step.make_train_step` jitted exactly as the training loop jit
 replicated and donated, the global batch sharded over every chip of every process); the eval
 step is the model's prediction followed by the update of the evaluation's streaming metric
 accumulators (`evaluation.validation.accumulators`, classwise bins and histogram included, as `eval.py`
-builds them). Neither reads data nor allocates weights: the state is `jax.eval_shape` of its
+builds them); with `config.eval.shift` also the shifted eval step of `eval.py --shift`, and for a
+sweep the ensemble eval step of `eval.py --ensemble` (`eval_programs`). None reads data or
+allocates weights: the state is `jax.eval_shape` of its
 initialisation, the batch `jax.ShapeDtypeStruct`s from the dataset registry (`shapes`).
 
 What the compiler reports per chip (`StepCompile`):
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from calib_jax.dry_run import shapes
+from calib_jax.dry_run import eval_programs, shapes
 from calib_jax.dry_run.topologies import Topology
 # The training code the dry run compiles, imported in one place.
 from calib_jax.config import schema
@@ -205,6 +207,9 @@ class Program:
   steps_per_epoch: int
   total_steps: int
   members: int = 1  # a sweep's population: the train step trains them all
+  # `eval.py --shift`'s step (with config.eval.shift) and `--ensemble`'s (a sweep's)
+  shift_eval: Any = None  # eval_programs.ShiftCompile
+  ensemble_eval: StepCompile | None = None
 
 
 def _abstract(tree: Any, sharding) -> Any:
@@ -294,14 +299,18 @@ def compile_config(config: ml_collections.ConfigDict, topology: Topology, *,
   program = train_program(config, topology, num_train_examples=num_train_examples)
   experiment = program.experiment
   train = compile_step(program.jitted, program.args, topology, "train")
-  evaluation = None
+  evaluation = shifted = ensemble = None
   if eval_step:  # one member's (every member is the same program)
     evaluation = compile_step(*_eval_program(experiment, program.member_state), topology,
                               "eval")
+    shifted = eval_programs.shift_eval_steps(experiment, program.member_state, topology,
+                                             compile_step)
+    ensemble = eval_programs.ensemble_eval_step(experiment, program.member_state,
+                                                program.members, topology, compile_step)
   length = experiment.length
   return Program(train=train, eval=evaluation, num_train_examples=program.num_train_examples,
                  steps_per_epoch=length.steps_per_epoch, total_steps=length.total_steps,
-                 members=program.members)
+                 members=program.members, shift_eval=shifted, ensemble_eval=ensemble)
 
 
 def _abstract_resident(config: ml_collections.ConfigDict, num_train_examples: int,

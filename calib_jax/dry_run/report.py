@@ -70,6 +70,12 @@ def summary(config_name: str, config, topology: Topology, program: Program) -> d
       "chip_source": chip.source,
       "sweep_members": program.members,
   }
+  if program.shift_eval is not None:  # eval.py --shift's step: the cell needing most memory
+    shifted = program.shift_eval
+    out["shift_eval"] = {**(_step_dict(shifted.step, chip, dtype) or {}), "cell": shifted.cell,
+                         "compiled": shifted.compiled, "left_out": shifted.left_out}
+  if program.ensemble_eval is not None:
+    out["ensemble_eval"] = _step_dict(program.ensemble_eval, chip, dtype)
   if step_seconds and program.members > 1:
     out["member_step_seconds_estimate"] = step_seconds / program.members
     out["member_examples_per_second"] = batch * program.members / step_seconds
@@ -109,18 +115,24 @@ def text(result: dict[str, Any]) -> str:
       f"{r['processes']} host(s); {r['dtype']}, global batch {r['global_batch']} "
       f"({r['per_chip_batch']} per chip)",
   ]
-  for name in ("train", "eval"):
-    step = r[name]
-    if step is None:
+  for name in ("train", "eval", "shift_eval", "ensemble_eval"):
+    step = r.get(name)
+    if not step or "fits" not in step:
       continue
     verdict = "fits" if step["fits"] else f"DOES NOT FIT (over by {_size(step['over_bytes'])})"
+    title = {"shift_eval": f"shifted eval ({step.get('cell')}, the largest of "
+                           f"{len(step.get('compiled', []))})",
+             "ensemble_eval": f"ensemble eval ({r['sweep_members']} members)"}.get(name, name)
     lines.append(
-        f"  {name} step: {_size(step['per_chip_bytes'])} per chip of {_size(r['hbm_bytes'])} "
+        f"  {title} step: {_size(step['per_chip_bytes'])} per chip of {_size(r['hbm_bytes'])} "
         f"HBM, {verdict}; compiled in {step['compile_seconds']:.0f} s")
+
     if step["flops"] is not None:
       lines.append(
           f"    {step['flops'] / 1e9:.2f} GFLOP and {_size(step['bytes_accessed'])} HBM traffic "
           f"per chip per step; roofline {_duration(step['step_seconds_estimate'])}")
+    if step.get("left_out"):
+      lines.append("    left out: " + "; ".join(f"{k} ({v})" for k, v in step["left_out"].items()))
   if r.get("sweep_members", 1) > 1:
     lines.append(f"  sweep of {r['sweep_members']} members: the train step trains them all, "
                  f"{_duration(r['member_step_seconds_estimate'])} per member-step "

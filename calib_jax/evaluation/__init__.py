@@ -5,8 +5,9 @@
 
 Modules: `validation` (`ValidationEvaluator`, the training loop's; the accumulators),
 `predictions` (`evaluate_predictions`: any model's logits), `toolkit`, `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
-`maps` (`MapReport`: class activation and confidence maps), `run` (`evaluate_run`,
-`format_table`, `format_members`).
+`maps` (`MapReport`: class activation and confidence maps), `shift` (`ShiftReport`: the report
+under corruptions or rotations, `eval.py --shift`; its progress file in `shift_progress`),
+`run` (`evaluate_run`, `format_table`, `format_members`).
 """
 # The names are loaded on first use: every module here but `predictions` imports TensorFlow
 # (through `calib_jax.experiment`), which `eval.py --predictions` never needs.
@@ -19,6 +20,7 @@ _LAZY = {
     "eval_dir": ("calib_jax.evaluation.run", "eval_dir"),
     "CalibrationReport": ("calib_jax.evaluation.report", "CalibrationReport"),
     "MapReport": ("calib_jax.evaluation.maps", "MapReport"),
+    "ShiftReport": ("calib_jax.evaluation.shift", "ShiftReport"),
     "ValidationEvaluator": ("calib_jax.evaluation.validation", "ValidationEvaluator"),
 }
 

@@ -10,7 +10,9 @@
    scaling), `maps.MapReport` (class activation maps and localisation scores, or pixel
    confidence maps) and, with `eval.toolkit`, `toolkit.PosthocReport` (post-hoc calibrators
    with bootstrap intervals, conformal sets, failure and OOD detection, on the logits the
-   calibration report computed);
+   calibration report computed) and, with `eval.shift`, `shift.ShiftReport` (the report split
+   under each corruption and severity, or angle, with T and the calibrators fitted on the clean
+   fit split; resumable);
 3. writes `<workdir>/eval_<split>/metrics.json` and the evaluators' files, and returns the
    results.
 """
@@ -26,6 +28,7 @@ from calib_jax import experiment as experiment_lib
 from calib_jax import sweep as sweep_lib
 from calib_jax import ensemble as ensemble_lib
 from calib_jax.evaluation import ensembles, maps, predictions, report, toolkit, validation
+from calib_jax.evaluation import shift as shift_lib
 from calib_jax.experiment import weights as weights_lib
 from calib_jax.training import checkpoint as checkpoint_lib
 from calib_jax.training import parallel
@@ -96,7 +99,8 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
     `pre_temperature` and `post_temperature` (calibration and MSP-selective metrics; also
     `post_temperature_grid` at the grid temperature), `selective` (per confidence score),
     optional `context`, the map report's `localisation` / `seg_maps`, the toolkit's
-    `posthoc` (`predictions.evaluate_predictions`' dict) and `files`; `step` is
+    `posthoc` (`predictions.evaluate_predictions`' dict), with `eval.shift` the `shift` dict
+    (`shift.results_dict`) and `files`; `step` is
     None and `weights` the file's absolute path when `weights` is given.
 
   Raises:
@@ -132,6 +136,10 @@ def evaluate_run(config: ml_collections.ConfigDict, workdir: str, *, split: str 
   evaluators = [maps.MapReport(experiment, split, calibration.predict)]
   if config.eval.toolkit:
     evaluators.append(toolkit.PosthocReport(experiment, split, calibration))
+  if config.eval.shift:  # T and calibrators refitted on the report's clean fit-split logits
+    evaluators.append(shift_lib.ShiftReport(
+        experiment, split, fit_samples=lambda: calibration.fit_samples,
+        progress_dir=eval_dir(workdir, split, member), run_key={**source, "member": member}))
   results = {**source, **calibration.run(variables)}
   for evaluator in evaluators:
     results.update(report.jsonable(evaluator.run(variables)))
@@ -159,8 +167,9 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
   uncertainty scores as failure-detection scores (and OOD detection against `eval.ood`, whose
   set runs through the same program). With `greedy=K`, the K distinct members with
   the lowest fit-split NLL of their average are chosen first (`ensemble.greedy_select`,
-  Caruana et al.'s forward selection, without replacement) among `members`. Results go to
-  `<workdir>/eval_<split>/ensemble/`.
+  Caruana et al.'s forward selection, without replacement) among `members`. With
+  `eval.shift`, `shift` holds the ensemble under shift (`shift.ShiftReport` with the stacked
+  program; `mean_member` besides the methods). Results go to `<workdir>/eval_<split>/ensemble/`.
 
   Args:
     members: member indices (default: all of the sweep's).
@@ -205,6 +214,7 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
     val_x, test_x = val_x[positions], test_x[positions]
     ood_x = None if ood_x is None else ood_x[positions]
     indices = chosen
+    variables = ensembles.select_members(positions, variables)
   results, fitted = predictions.fit_and_evaluate(
       val_x, val_y, test_x, test_y, ood_logits=ood_x, calibrators=tuple(e.calibrators),
       alphas=tuple(e.conformal_alphas), num_bins=e.num_bins,
@@ -216,8 +226,12 @@ def evaluate_ensemble(config: ml_collections.ConfigDict, workdir: str, *, split:
     results["ood_set"] = e.ood
   if greedy is not None:
     results["greedy"] = {"k": greedy, "chosen": chosen, "by": f"{e.fit_split} NLL"}
+  out_dir = os.path.join(eval_dir(workdir, split), ENSEMBLE_DIR)
+  if e.shift:  # the stacked program on shifted images; T and calibrators fitted on val's log p̄
+    results.update(report.jsonable(shift_lib.ShiftReport(
+        experiment, split, fit_samples=lambda: {"logits": val_x, "labels": val_y}, stacked=True,
+        progress_dir=out_dir, run_key={"step": ckpt_step, "members": indices}).run(variables)))
   if jax.process_index() == 0:
-    out_dir = os.path.join(eval_dir(workdir, split), ENSEMBLE_DIR)
     arrays = {"val_logits": ensembles.ensemble_logits(val_x), "val_labels": val_y,
               "test_logits": ensembles.ensemble_logits(test_x), "test_labels": test_y}
     results["files"] = predictions.write_report(out_dir, arrays, results, fitted)
@@ -232,7 +246,7 @@ def format_ensemble(results: dict[str, Any]) -> str:
   if "greedy" in results:
     head += (f"; greedy best {results['greedy']['k']} by {results['greedy']['by']} "
              f"(Caruana et al. 2004)")
-  return head + "\n" + predictions.format_table(results)
+  return "\n".join([head, predictions.format_table(results), *shift_lib.format_lines(results)])
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -260,7 +274,8 @@ def format_table(results: dict[str, Any]) -> str:
     lines += ["", f"context-only images: accuracy {ctx['accuracy']:.4f}, mean confidence "
                   f"{ctx['average_confidence']:.4f} (uniform {ctx['uniform_confidence']:.4f}), "
                   f"mean entropy {ctx['mean_entropy']:.4f}"]
-  return "\n".join(lines + maps.format_lines(results) + toolkit.format_lines(results))
+  return "\n".join(lines + maps.format_lines(results) + toolkit.format_lines(results)
+                   + shift_lib.format_lines(results))
 
 
 def format_members(all_results: list[dict[str, Any]]) -> str:

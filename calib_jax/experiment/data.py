@@ -145,14 +145,23 @@ class DataRecipe:
     yield from self._global_batches(self.config.name, self.split(role), mesh, max_examples,
                                     options)
 
+  def input_statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(mean, std)` per channel that the pipeline normalises this dataset's images with,
+    `(x / 255 - mean) / std` (`PipelineOptions.input_statistics` of `options`): what a step
+    applies on the device to the uint8 images of a `raw_images=True` stream."""
+    options = data.PipelineOptions.create(self.meta, self.config.options.to_dict())
+    return options.input_statistics(self.meta)
+
   def corrupted_stream(self, dataset: str, corruption: str, severity: int,
                        mesh: jax.sharding.Mesh, *, max_examples: int = -1
                        ) -> Iterator[dict[str, jax.Array]]:
     """One pass over `corruption` at `severity` of the pre-computed corrupted set `dataset`
-    ('cifar10_corrupted', 'imagenet2012_corrupted'; `data.corrupted`) as global batches of the
-    test stream's form: `eval_stream('test', ...)`'s batch size, input size and normalisation,
-    its last batch padded (`mask` False there). The whole test split is read: `data.splits.test`
-    names the clean set's examples, not the corrupted set's.
+    ('cifar10_corrupted', 'imagenet2012_corrupted'; `data.corrupted`;
+    `eval.shift='dataset:NAME'`) as global batches of the test stream's form, with raw uint8
+    images (`raw_images`: the shifted eval step normalises them on the device with
+    `input_statistics`, as it does the clean ones): `eval_stream('test', ...)`'s batch size and
+    input size, its last batch padded (`mask` False there). The whole test split is read:
+    `data.splits.test` names the clean set's examples, not the corrupted set's.
 
     Raises:
       ValueError: an unknown set or corruption, a severity outside 1..5, or a set that does not
@@ -161,6 +170,7 @@ class DataRecipe:
     """
     options = data.corrupted.eval_options(dataset, corruption, severity, self.config.name,
                                           self.config.options.to_dict())
+    options["raw_images"] = True
     # Returned, not yielded from: bad names fail at the call, not at the first batch.
     return self._global_batches(dataset, "test", mesh, max_examples, options)
 

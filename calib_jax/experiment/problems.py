@@ -10,7 +10,8 @@ sub-config (or the whole config):
   `optimizer_problems`, `schedule_problems`, `eval_problems`, `pretrained_problems`;
 * with the dataset's recipe (None when the dataset is unknown): `option_problems` (data options
   the dataset's pipeline rejects) and `task_problems` (combinations the dataset cannot serve:
-  ALS without boxes, CRL on segmentation, context evaluation or OOD sets it has not).
+  ALS without boxes, CRL on segmentation, context evaluation or OOD sets it has not,
+  `eval.shift` without images).
 """
 import os
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import ml_collections
 
 from calib_jax import data as data_lib
-from calib_jax import posthoc
+from calib_jax import posthoc, shift
 from calib_jax.data import resident
 from calib_jax.experiment.data import DataRecipe, ROLES
 from calib_jax.models import torch_import
@@ -110,7 +111,48 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   if config.eval.context_eval and not meta.has_boxes:
     problems.append(f"eval.context_eval needs boxes to remove objects; dataset "
                     f"{config.data.name!r} has none")
-  return problems + ood_problems(config.eval.ood, meta)
+  return problems + ood_problems(config.eval.ood, meta) + shift_problems(config.eval, meta)
+
+
+def shift_problems(eval_config: ml_collections.ConfigDict, meta: Any) -> list[str]:
+  """What is wrong with `eval.shift` and `eval.shift_table` (see the schema) for dataset
+  `meta`: a spec `shift.parse_spec` rejects, a dataset without images of 1 or 3 channels,
+  rotated segmentation maps, an unknown table, stored corrupted sets that are not registered."""
+  text = eval_config.shift
+  if not text:
+    return []
+  try:
+    spec = shift.parse_spec(text)
+  except ValueError as e:
+    return [f"eval.{e}"]
+  if meta.task == "text":
+    return [f"eval.shift={text!r} corrupts images; dataset {meta.name!r} is a text task"]
+  shape = tuple(meta.input_shape)
+  if len(shape) != 3 or shape[-1] not in (1, 3):
+    return [f"eval.shift={text!r} corrupts images of 1 or 3 channels; dataset {meta.name!r} "
+            f"has inputs of shape {shape}"]
+  problems = []
+  if spec.kind == "rotate" and meta.task == "segmentation":
+    problems.append(f"eval.shift='rotate' turns the images but not their label maps; dataset "
+                    f"{meta.name!r} is a segmentation task (use corruptions)")
+  if spec.kind == "dataset":
+    if spec.dataset not in data_lib.corrupted.CORRUPTED_DATASETS:
+      problems.append(f"eval.shift={text!r}: {spec.dataset!r} is not a corrupted set; valid "
+                      f"names: {', '.join(data_lib.corrupted.names())}")
+    else:
+      try:
+        data_lib.corrupted.check_clean(spec.dataset, meta.name)
+      except ValueError as e:
+        problems.append(f"eval.shift={text!r}: {e}")
+  table = eval_config.shift_table
+  if table and table not in shift.table_names():
+    problems.append(f"eval.shift_table={table!r}: unknown table; choose one of "
+                    f"{', '.join(shift.table_names())} or '' (by the dataset)")
+  unknown = [c for c in eval_config.calibrators if c not in posthoc.calibrator_names()]
+  if unknown and not eval_config.toolkit:  # with the toolkit, `eval_problems` says so
+    problems.append(f"eval.calibrators: unknown calibrator {unknown[0]!r}; valid names: "
+                    f"{', '.join(posthoc.calibrator_names())}")
+  return problems
 
 
 def ood_problems(ood: str, meta: Any) -> list[str]:

@@ -58,11 +58,13 @@ class ProgressBar:
   """
 
   def __init__(self, total_steps: int, start_step: int = 0, *, width: int = 30,
-               stream: TextIO | None = None, min_interval_s: float | None = None):
+               stream: TextIO | None = None, min_interval_s: float | None = None,
+               unit: str = "steps"):
     """Args: total_steps, start_step (where a resumed run starts; the bar itself starts at
     the step of the first `update`, one past it in the loop), width (characters of the bar),
     stream (default stderr), min_interval_s between redraws (default 0.5 s on a terminal,
-    30 s when the stream is a file or pipe, where every redraw is a new line)."""
+    30 s when the stream is a file or pipe, where every redraw is a new line), unit (what is
+    counted, e.g. an evaluation's cells)."""
     self.total_steps = total_steps
     self.start_step = start_step
     self._width = width
@@ -72,12 +74,13 @@ class ProgressBar:
       min_interval_s = 0.5 if self._isatty else 30.0
     self._min_interval_s = min_interval_s
     self._bar: tqdm.tqdm | None = None
+    self._unit = unit
 
   def _open(self, step: int, extra: str) -> tqdm.tqdm:
     bar_class = tqdm.tqdm if self._isatty else _LineTqdm
     return bar_class(
         total=self.total_steps, initial=step, postfix=extra or None, file=self._stream,
-        unit=" steps",
+        unit=f" {self._unit}",
         bar_format=("{n_fmt}/{total_fmt} [{bar:%d}] {rate_noinv_fmt}, ETA {remaining}{postfix}"
                     % self._width),
         ascii=".#", mininterval=self._min_interval_s,

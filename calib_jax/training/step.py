@@ -157,3 +157,33 @@ def make_ensemble_predict_fn(model: nn.Module, mesh: jax.sharding.Mesh
   return jax.jit(predict,
                  in_shardings=(parallel.replicated(mesh), parallel.batch_sharded(mesh)),
                  out_shardings=parallel.stacked_batch_sharded(mesh))
+
+
+ShiftImages = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+def make_shifted_predict_fn(model: nn.Module, mesh: jax.sharding.Mesh,
+                            shift_images: ShiftImages, mean: Any, std: Any, *,
+                            stacked: bool = False) -> Callable[..., jax.Array]:
+  """Returns jitted `predict(variables, batch, key, param) -> float32 logits` for batches whose
+  'image' is uint8 (the data option `raw_images`): ONE program that shifts the images on the
+  device, `shift_images(images, key, param) -> uint8 images` (a corruption, a rotation by the
+  traced angle `param`, or the identity), normalises them as the input pipeline does,
+  `(x / 255 - mean) / std` per channel, and runs the forward pass, of one model or, with
+  `stacked`, of M members' stacked variables (`make_ensemble_predict_fn`'s vmap; logits
+  `[M, B, ...]`). The key and `param` are replicated, the batch and logits sharded like the
+  batch."""
+  mean = jnp.asarray(mean, jnp.float32)
+  std = jnp.asarray(std, jnp.float32)
+
+  def predict(variables, batch, key, param):
+    images = shift_images(batch["image"], key, param)
+    x = (images.astype(jnp.float32) / 255.0 - mean) / std
+    forward = lambda v: model.apply(v, x, train=False).astype(jnp.float32)
+    return jax.vmap(forward)(variables) if stacked else forward(variables)
+
+  replicated = parallel.replicated(mesh)
+  return jax.jit(predict,
+                 in_shardings=(replicated, parallel.batch_sharded(mesh), replicated, replicated),
+                 out_shardings=(parallel.stacked_batch_sharded(mesh) if stacked
+                                else parallel.batch_sharded(mesh)))

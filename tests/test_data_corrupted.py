@@ -177,12 +177,14 @@ def _recipe(name, eval_batch_size=8):
 
 
 def test_the_experiments_corrupted_stream_is_its_test_stream_in_form():
-  """`DataRecipe.corrupted_stream`: global batches sharded as `eval_stream('test')`'s."""
+  """`DataRecipe.corrupted_stream`: global batches sharded as `eval_stream('test')`'s, with the
+  raw uint8 images the shifted eval step normalises on the device."""
   images, labels = _images(11, 32, seed=1)
   recipe, mesh = _recipe("cifar10"), parallel.make_mesh()
   with _mock(images, labels):
-    clean = list(recipe.eval_stream("test", mesh))
+    clean = list(recipe.eval_stream("test", mesh, raw_images=True))
     shifted = list(recipe.corrupted_stream("cifar10_corrupted", "fog", 2, mesh))
+  assert shifted[0]["image"].dtype == np.uint8
   assert len(clean) == len(shifted) == 2
   for a, b in zip(clean, shifted):
     assert a.keys() == b.keys()

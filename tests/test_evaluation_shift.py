@@ -2,6 +2,7 @@
 digits run over 8 fake devices: the metrics.json format, the clean cell against the report, the
 on-device corruption against `shift.corrupt`, the host one (jpeg), resuming after an
 interruption, ensembles, segmentation, bad specs."""
+import dataclasses
 import json
 import os
 
@@ -258,3 +259,36 @@ def test_raw_images_are_the_normalised_images_before_normalisation():
   with pytest.raises(ValueError, match="newsgroups20 is a text dataset; raw_images is for "
                                        "images"):
     data.PipelineOptions.create(data.info("newsgroups20"), {"raw_images": True})
+
+
+def test_stored_corrupted_sets_go_through_the_same_cells(tmp_path):
+  """`--shift=dataset:cifar10_corrupted` on tfds mock data that serves the clean test images as
+  every corrupted config: each stored cell then equals the clean cell, and the configs read are
+  tfds' names of the corruption and severity."""
+  import test_data_corrupted as stored  # pylint: disable=import-outside-toplevel
+  images, labels = stored._images(12, 32, seed=3)  # pylint: disable=protected-access
+  config = shift_config(**{"data.name": "cifar10", "model": "mlp",
+                           "model_kwargs": {"hidden": (16,)}})
+  config.eval.shift = "dataset:cifar10_corrupted"
+  config.eval.calibrators = ("temperature",)
+  read = []
+  with stored._mock(images, labels, read):  # pylint: disable=protected-access
+    experiment = experiment_lib.build(config)
+    variables = parallel.replicate(experiment.initial_variables(jax.random.key(0)),
+                                   experiment.mesh)
+    fit = {"logits": np.random.default_rng(0).normal(size=(40, 10)).astype(np.float32),
+           "labels": np.arange(40) % 10}
+    report = shift_eval.ShiftReport(experiment, fit_samples=lambda: fit,
+                                    progress_dir=str(tmp_path), run_key={"step": 0})
+    # Two of the set's 19 corruptions, at two severities, keep the test short.
+    report.spec = dataclasses.replace(report.spec, corruptions=("glass_blur", "fog"),
+                                      severities=(1, 5))
+    part = report.run(variables)["shift"]
+  assert part["table"] == "dataset:cifar10_corrupted"
+  assert set(part["corruptions"]) == {"glass_blur", "fog"}
+  for name in ("glass_blur", "fog"):
+    for severity in ("1", "5"):
+      for method, values in part["corruptions"][name][severity].items():
+        assert values == pytest.approx(part["clean"][method], rel=1e-5), (name, severity, method)
+  configs = {c for name, c, _ in read if name == "cifar10_corrupted"}
+  assert configs == {"frosted_glass_blur_1", "frosted_glass_blur_5", "fog_1", "fog_5"}

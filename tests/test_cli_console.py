@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from calib_jax.cli import compilation_cache, console
-from fixtures import forked_programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # absl's log line prefix (`I1123 16:56:23.588393 1400 file.py:12]`) or a C++ log's.
@@ -87,12 +86,8 @@ def test_eval_console_is_the_table_and_verbosity_brings_the_logs_back(trained, c
 
 
 def test_a_mistake_after_setup_is_one_line_on_stderr(tmp_path):
-  # A train.py forked from a process that imported TensorFlow and JAX as train.py does
-  # (tests/fixtures/forked_programs.py): the same console, without a whole start.
-  (proc,) = forked_programs.run_programs(
-      [("calib_jax.cli.train:run",
-        ["train.py", *TINY, "--config.data.batch_size=100000", f"--workdir={tmp_path}"])],
-      cwd=ROOT, env=_env(tmp_path / "cache"))
+  proc = _run("train.py", *TINY, "--config.data.batch_size=100000", f"--workdir={tmp_path}",
+              cache_dir=tmp_path / "cache")
   assert proc.returncode == 1
   lines = proc.stderr.splitlines()
   assert len(lines) == 1 and lines[0].startswith("train.py: batch_size=100000"), lines[-20:]

@@ -31,10 +31,12 @@ $(TPU_STAMP): $(STAMP)
 	$(TPU_PY) -m pip install -q "jax[tpu]==$$($(PY) -c 'import jax; print(jax.__version__)')"
 	touch $@
 
+# worksteal: an idle worker takes half of the other's queue (tests/conftest.py orders the
+# longest modules first, so the end of the run is quick tests that balance the two workers).
 # tests/conftest.py compiles at XLA's optimisation level 0 (faster to compile); the dry-run
 # tests compile for TPU at the default level, as a user's dry run does.
 test: $(STAMP) $(TPU_STAMP)
-	$(PY) -m pytest -n 2 -q tests --ignore=tests/test_dry_run.py
+	$(PY) -m pytest -n 2 --dist worksteal -q tests --ignore=tests/test_dry_run.py
 	JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 	    $(TPU_PY) -m pytest -q tests/test_dry_run.py
 

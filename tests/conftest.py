@@ -43,3 +43,22 @@ def _absl_log_stream():
   if handler.stream is not stream:
     handler.setStream(stream).close()
     logging.captureWarnings(False)
+
+
+# Scheduling over `pytest -n 2` (the Makefile adds `--dist worksteal`: a worker that runs out of
+# tests takes half of the other's queue): these modules hold the longest tests (end-to-end
+# training and evaluation, programs in their own processes, the docs' blocks), so they start
+# first, each module's tests kept together in their order (their module fixtures are built
+# once); the quick tests come last, where stealing evens the two workers out instead of one
+# long test keeping one worker busy while the other waits. Longest first.
+SLOW_MODULES = ("test_run_multihost", "test_cli_installed", "test_docs", "test_cli_console",
+                "test_run_faults", "test_demo", "test_evaluation_maps", "test_evaluation_run",
+                "test_evaluation_predictions", "test_evaluation_toolkit", "test_sweep",
+                "test_cli_train", "test_models_torch_weights")
+
+
+def pytest_collection_modifyitems(items):
+  def rank(item):
+    name = item.path.stem
+    return SLOW_MODULES.index(name) if name in SLOW_MODULES else len(SLOW_MODULES)
+  items.sort(key=rank)  # stable: collection order within a module and among the rest

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from calib_jax.cli import console
+from calib_jax.cli import compilation_cache, console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # absl's log line prefix (`I1123 16:56:23.588393 1400 file.py:12]`) or a C++ log's.
@@ -27,12 +27,24 @@ TINY = ["--config=configs/clutter_objects_cnn.py:ce", "--config.data.name=digits
 REPORT_ONLY = ["--config.eval.toolkit=False", "--config.eval.cam_images=0"]
 
 
-def _run(program, *args):
+def _env(cache_dir):
   env = {k: v for k, v in os.environ.items()
          if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}  # As a user's shell has them.
   env["PYTHONPATH"] = ROOT
+  # The programs' persistent compilation cache, on as it is for a user (tests/conftest.py turns
+  # it off), in this module's own folder: the second eval.py finds the first one's programs.
+  env[compilation_cache.ENV] = str(cache_dir)
+  return env
+
+
+def _run(program, *args, cache_dir):
   return subprocess.run([sys.executable, program, *args], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300, env=env)
+                        text=True, timeout=300, env=_env(cache_dir))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp("programs_cache")
 
 
 def _log_lines(text):
@@ -40,10 +52,10 @@ def _log_lines(text):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, cache_dir):
   """train.py on a tiny config with the default console; its process and work directory."""
   workdir = tmp_path_factory.mktemp("run")
-  return _run("train.py", *TINY, f"--workdir={workdir}"), workdir
+  return _run("train.py", *TINY, f"--workdir={workdir}", cache_dir=cache_dir), workdir
 
 
 def test_train_console_is_the_bar_and_results_and_the_log_file_has_the_rest(trained):
@@ -58,13 +70,14 @@ def test_train_console_is_the_bar_and_results_and_the_log_file_has_the_rest(trai
   assert re.search(r"^I\d{4} .*loop\.py:\d+\] step 24 val accuracy=", log, re.M)
 
 
-def test_eval_console_is_the_table_and_verbosity_brings_the_logs_back(trained):
+def test_eval_console_is_the_table_and_verbosity_brings_the_logs_back(trained, cache_dir):
   proc, workdir = trained
   assert proc.returncode == 0, proc.stderr[-3000:]
-  quiet = _run("eval.py", *TINY, f"--workdir={workdir}")
+  quiet = _run("eval.py", *TINY, f"--workdir={workdir}", cache_dir=cache_dir)
   assert quiet.returncode == 0, quiet.stderr[-3000:]
   assert "PreT" in quiet.stdout and _log_lines(quiet.stderr) == [], quiet.stderr[-3000:]
-  loud = _run("eval.py", *TINY, *REPORT_ONLY, f"--workdir={workdir}", "--verbosity=0")
+  loud = _run("eval.py", *TINY, *REPORT_ONLY, f"--workdir={workdir}", "--verbosity=0",
+              cache_dir=cache_dir)
   assert loud.returncode == 0, loud.stderr[-3000:]
   assert "PreT" in loud.stdout
   assert re.search(r"^I\d{4} .*checkpoint\.py:\d+\] Restored the variables", loud.stderr, re.M)
@@ -73,7 +86,8 @@ def test_eval_console_is_the_table_and_verbosity_brings_the_logs_back(trained):
 
 
 def test_a_mistake_after_setup_is_one_line_on_stderr(tmp_path):
-  proc = _run("train.py", *TINY, "--config.data.batch_size=100000", f"--workdir={tmp_path}")
+  proc = _run("train.py", *TINY, "--config.data.batch_size=100000", f"--workdir={tmp_path}",
+              cache_dir=tmp_path / "cache")
   assert proc.returncode == 1
   lines = proc.stderr.splitlines()
   assert len(lines) == 1 and lines[0].startswith("train.py: batch_size=100000"), lines[-20:]

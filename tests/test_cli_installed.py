@@ -13,9 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import zipfile
 
 import pytest
+
+from fixtures import forked_programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {"calib-jax-train", "calib-jax-eval", "calib-jax-demo", "calib-jax-dry-run"}
@@ -87,25 +90,45 @@ def test_the_wheel_holds_the_recipes_and_the_entry_points(wheel):
 def test_installed_commands_find_their_packaged_recipes_from_any_directory(wheel, site,
                                                                            tmp_path):
   entry_points = _entry_points(wheel)
-  for script in ("calib-jax-train", "calib-jax-eval"):
+  # Three runs of the installed commands, each a child forked from one process that imported
+  # the wheel's package once (tests/fixtures/forked_programs.py): what pip's wrapper does, in
+  # place of three whole starts.
+  runs = [(entry_points[script], [script, "--config=configs/default.py:mbls", "--config.seed=3"])
+          for script in ("calib-jax-train", "calib-jax-eval")]
+  runs.append((entry_points["calib-jax-train"],
+               ["calib-jax-train", "--config=configs/nope.py", f"--workdir={tmp_path}/w"]))
+  done = forked_programs.run_programs(runs, cwd=str(tmp_path),
+                                      env={**os.environ, "PYTHONPATH": site})
+  assert done[0].calib_jax_file.startswith(site), done[0].calib_jax_file
+  for run in done[:2]:
     # `--config=configs/default.py` does not exist here: it is read from the package, with its
     # variant and an override; the command then stops at the first thing it lacks.
-    done = _run_script(site, entry_points[script],
-                       [script, "--config=configs/default.py:mbls", "--config.seed=3"],
-                       str(tmp_path))
-    assert done.returncode == 1 and "--workdir is required" in done.stdout + done.stderr, (
-        done.stdout + done.stderr)
-  done = _run_script(site, entry_points["calib-jax-train"],
-                     ["calib-jax-train", "--config=configs/nope.py", f"--workdir={tmp_path}/w"],
-                     str(tmp_path))
-  assert done.returncode == 1 and "nope.py" in done.stderr
-  assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert run.returncode == 1 and "--workdir is required" in run.stdout + run.stderr, (
+        run.stdout + run.stderr)
+  assert done[2].returncode == 1 and "nope.py" in done[2].stderr
+  assert len(done[2].stderr.strip().splitlines()) == 1, done[2].stderr
 
 
 def test_installed_demo_trains_a_few_steps_from_a_temporary_directory(wheel, site, tmp_path):
   script = "calib-jax-demo"
+  # The packaged demo recipe (read from the wheel), with 50 bootstrap resamples of the report's
+  # intervals instead of 1000, as every test's config (tests/test_run_loop.tiny_config): the
+  # resamples are most of the evaluation's time and the test asserts what the demo writes.
+  (tmp_path / "recipe.py").write_text(textwrap.dedent("""
+      from calib_jax import config as config_lib
+      from calib_jax import demo
+      from calib_jax.config import variants
+
+      VARIANTS = config_lib.load_config_module(demo.DEFAULT_CONFIG).VARIANTS
+
+      def get_config(arg=None):
+        config = config_lib.load_config_file(demo.DEFAULT_CONFIG + ":" + (arg or "ce"))
+        assert config_lib.__file__.startswith(%r), config_lib.__file__
+        return variants.override(config, {"eval.bootstrap_samples": 50})
+      """ % site))
   done = _run_script(site, _entry_points(wheel)[script],
-                     [script, "--workdir=demo", "--variants=ce", "--num_train_steps=5"],
+                     [script, "--workdir=demo", "--variants=ce", "--num_train_steps=5",
+                      f"--config={tmp_path / 'recipe.py'}"],
                      str(tmp_path))
   assert done.returncode == 0, done.stderr[-3000:]
   assert "[ce] trained in" in done.stdout and "CE" in done.stdout

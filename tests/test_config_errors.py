@@ -1,17 +1,16 @@
 """User mistakes in configs and overrides: one line on stderr, exit status 1, no traceback."""
 import os
-import subprocess
-import sys
 
 import ml_collections
 import pytest
 
 from calib_jax import config as config_lib
+from fixtures import forked_programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("args,expected", [
+MISTAKES = [
     (["--config.lr=0.1"], "unknown config field 'lr'; did you mean 'optimizer.learning_rate'?"),
     # A field of the flat schema that moved into a sub-config names its new place.
     (["--config.batch_size=64"], "unknown config field 'batch_size'; did you mean "
@@ -24,12 +23,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # A key added to a free-form dict is checked by the code it reaches.
     (["--config.data.options.downlaod=False"],
      "data.options: Unknown make_dataset option(s) ['downlaod']"),
-])
-def test_train_py_reports_config_mistakes_in_one_line(args, expected, tmp_path):
-  proc = subprocess.run(
-      [sys.executable, "train.py", "--config=configs/default.py", f"--workdir={tmp_path}", *args],
-      cwd=ROOT, capture_output=True, text=True, timeout=120,
-      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+]
+
+
+@pytest.fixture(scope="module")
+def train_py_runs(tmp_path_factory):
+  """train.py once per mistake, each a fresh train.py process forked from one that imported
+  TensorFlow and JAX once (tests/fixtures/forked_programs.py): {args: (process, workdir)}."""
+  workdirs = [tmp_path_factory.mktemp("mistake") for _ in MISTAKES]
+  runs = [("calib_jax.cli.train:run", ["train.py", "--config=configs/default.py",
+                                      f"--workdir={workdir}", *args])
+          for (args, _), workdir in zip(MISTAKES, workdirs)]
+  done = forked_programs.run_programs(runs, cwd=ROOT,
+                                      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+                                           "PYTHONPATH": ROOT})
+  return {tuple(args): (proc, workdir)
+          for (args, _), proc, workdir in zip(MISTAKES, done, workdirs)}
+
+
+@pytest.mark.parametrize("args,expected", MISTAKES)
+def test_train_py_reports_config_mistakes_in_one_line(args, expected, train_py_runs):
+  proc, tmp_path = train_py_runs[tuple(args)]
   assert proc.returncode == 1
   lines = [l for l in proc.stderr.splitlines() if l.startswith("train.py:")]
   # One line, or for value problems the one `Invalid config:` list (a line per problem).

@@ -7,7 +7,7 @@
   reflect-101 borders; the image itself is filtered with reflect-101 borders (`cv2.filter2D`).
 * `gaussian_blur`, `params = sigma`: scikit-image's `gaussian` (scipy's `gaussian_filter`): the
   separable kernel exp(-t^2 / (2 sigma^2)), t = -r..r with r = int(4 sigma + 0.5), normalised,
-  with the border pixel repeated ('nearest').
+  with the border pixel repeated ('nearest'), as banded matrix products along W and H.
 
 Every function takes `x` float32 `[B, H, W, 3]` on the 0..255 scale, the table entry of one
 severity (a static Python constant) and a PRNG key (unused: both are deterministic); it returns the
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
+_EXACT = jax.lax.Precision.HIGHEST
 
 
 def _reflect101(values: np.ndarray, pad: int, axis: int) -> np.ndarray:
@@ -73,13 +74,51 @@ def correlate(padded: jax.Array, kernel: np.ndarray) -> jax.Array:
   return full[:, kernel_height - 1:, kernel_width - 1:, :]
 
 
+def to_planes(x: jax.Array) -> jax.Array:
+  """`[B, H, W, C]` -> `[B, C, H, W]`: filters along H and W vectorise over the wide last axis
+  (with C = 3 last, XLA's CPU loops run 3 wide; the two transposes cost ~one copy each)."""
+  return jnp.transpose(x, (0, 3, 1, 2))
+
+
+def from_planes(planes: jax.Array) -> jax.Array:
+  """`[B, C, H, W]` -> `[B, H, W, C]`."""
+  return jnp.transpose(planes, (0, 2, 3, 1))
+
+
+def _support(kernel: np.ndarray) -> np.ndarray:
+  """The kernel cropped to the smallest centred square holding its nonzero weights."""
+  half = kernel.shape[0] // 2
+  rows, cols = np.nonzero(kernel)
+  reach = int(max(np.abs(rows - half).max(), np.abs(cols - half).max()))
+  return kernel[half - reach:half + reach + 1, half - reach:half + reach + 1]
+
+
+# Up to this many taps the disk is applied as shifted adds (one fused loop); above, through FFTs.
+_DIRECT_TAPS = 49
+
+
 def defocus_blur(x: jax.Array, params: tuple[float, float], key: jax.Array) -> jax.Array:
-  """Defocus blur with the anti-aliased disk of `radius, alias_blur = params`."""
+  """Defocus blur with the anti-aliased disk of `radius, alias_blur = params`.
+
+  Small disks (CIFAR-10-C's radii under 1 px leave a 3 x 3 kernel) are applied as a sum of
+  shifted copies, large ones (ImageNet-C's 17 x 17 to 21 x 21) by FFT; both per channel plane.
+  """
   del key  # deterministic
-  kernel = disk_kernel(*params)
+  kernel = _support(disk_kernel(*params))
   pad = kernel.shape[0] // 2
-  padded = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")
-  return correlate(padded, kernel)
+  planes = to_planes(x)
+  height, width = planes.shape[2:]
+  padded = jnp.pad(planes, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="reflect")
+  if kernel.size <= _DIRECT_TAPS:
+    out = jnp.zeros_like(planes)
+    for (row, col), weight in np.ndenumerate(kernel):
+      if weight != 0.0:
+        out = out + weight * padded[:, :, row:row + height, col:col + width]
+    return from_planes(out)
+  batch, channels = planes.shape[:2]
+  flat = padded.reshape((batch * channels, *padded.shape[2:], 1))
+  out = correlate(flat, kernel)[..., 0]
+  return from_planes(out.reshape(planes.shape))
 
 
 def gaussian_kernel(sigma: float, truncate: float = 4.0) -> np.ndarray:
@@ -90,13 +129,34 @@ def gaussian_kernel(sigma: float, truncate: float = 4.0) -> np.ndarray:
   return weights / weights.sum()
 
 
+def edge_band_matrix(size: int, weights: np.ndarray) -> np.ndarray:
+  """`[size, size]` matrix M with (v M)[o] = sum_a w[a] v[clip(o + a - r, 0, size - 1)]: a
+  correlation with `weights` (2r + 1 taps), the border pixel repeated, as one matrix product."""
+  radius = len(weights) // 2
+  matrix = np.zeros((size, size))
+  for out in range(size):
+    for tap, weight in enumerate(weights):
+      matrix[min(max(out + tap - radius, 0), size - 1), out] += weight
+  return matrix.astype(np.float32)
+
+
 def gaussian_blur(x: jax.Array, sigma: float, key: jax.Array) -> jax.Array:
-  """Gaussian blur of standard deviation `sigma` pixels, border pixels repeated."""
+  """Gaussian blur of standard deviation `sigma` pixels, border pixels repeated.
+
+  Separable: one banded matrix product along W, one along H, per channel plane. On CPUs this
+  beat both a 2-D FFT and shifted adds (dense products run at the matmul kernel's speed, which
+  pays for the zeros of the band); exact in float32 (`Precision.HIGHEST` keeps accelerators
+  from rounding the operands to bfloat16 / TF32).
+  """
   del key  # deterministic
   weights = gaussian_kernel(sigma)
-  pad = weights.shape[0] // 2
-  padded = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
-  return correlate(padded, np.outer(weights, weights))
+  planes = to_planes(x)
+  height, width = planes.shape[2:]
+  across = jnp.asarray(edge_band_matrix(width, weights))
+  down = jnp.asarray(edge_band_matrix(height, weights))
+  planes = jnp.einsum("bchw,wv->bchv", planes, across, precision=_EXACT)
+  planes = jnp.einsum("bchw,hv->bcvw", planes, down, precision=_EXACT)
+  return from_planes(planes)
 
 
 CORRUPTIONS: dict[str, Corruption] = {

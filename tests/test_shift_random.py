@@ -56,3 +56,9 @@ def test_streams_follow_the_key():
 def test_more_than_two_to_the_32_values_per_image_is_refused():
   with pytest.raises(ValueError, match="at most 2\\^32 values per image"):
     hashed_random.bits(jax.random.key(0), (1, 2 ** 17, 2 ** 16))
+
+
+def test_erfinv_matches_lax_erf_inv():
+  x = np.linspace(-0.999999, 0.999999, 20001, dtype=np.float32)
+  np.testing.assert_allclose(np.asarray(hashed_random.erfinv(x)),
+                             np.asarray(jax.lax.erf_inv(x)), rtol=2e-5, atol=2e-5)

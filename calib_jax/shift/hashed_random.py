@@ -16,7 +16,8 @@ with h Wellons' "lowbias32" integer hash (x ^= x >> 16; x *= 0x7feb352d; x ^= x 
 x *= 0x846ca68b; x ^= x >> 16; a bijection of uint32 with near-ideal avalanche) and (s0, s1) two
 words drawn per image from the caller's key with `jax.random.bits`, so images and keys get
 independent streams. Uniforms take the top 23 bits, U = (b >> 9 + 1/2) 2^-23 in (0, 1); normals
-are sqrt(2) erfinv(2U - 1), the inverse-CDF transform `jax.random.normal` uses too.
+are sqrt(2) erfinv(2U - 1), the inverse-CDF transform `jax.random.normal` uses too, with Giles'
+float32 erfinv written out (XLA's `erf_inv` took half of the time of a normal draw).
 
 This is a statistical generator, not a cryptographic one: it is enough for image noise (tests
 check its moments, uniformity and neighbour correlations), not for anything that needs
@@ -58,6 +59,31 @@ def uniform(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   return ((bits(key, shape) >> 9).astype(jnp.float32) + 0.5) * np.float32(2.0 ** -23)
 
 
+# Giles' single-precision erfinv ("Approximating the erfinv function", GPU Computing Gems, 2010):
+# erfinv(x) = x p(w), w = -log(1 - x^2), p a degree-8 polynomial in w - 2.5 (w < 5) or in
+# sqrt(w) - 3 (w >= 5). Highest degree first.
+_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+            -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+         -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _polynomial(coefficients: tuple[float, ...], value: jax.Array) -> jax.Array:
+  total = jnp.full_like(value, coefficients[0])
+  for coefficient in coefficients[1:]:
+    total = total * value + np.float32(coefficient)
+  return total
+
+
+def erfinv(x: jax.Array) -> jax.Array:
+  """Giles' float32 erfinv of `x` in (-1, 1), written out in jnp: on CPUs half the time of
+  `lax.erf_inv` (which dominated the normal draws), and within 2e-5 of it on (-1, 1)."""
+  w = -jnp.log((1.0 - x) * (1.0 + x))
+  central = _polynomial(_CENTRAL, w - 2.5)
+  tail = _polynomial(_TAIL, jnp.sqrt(w) - 3.0)
+  return jnp.where(w < 5.0, central, tail) * x
+
+
 def normal(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-  """float32 standard normals (inverse CDF of `uniform`; |z| < 5.3)."""
-  return np.float32(np.sqrt(2.0)) * lax.erf_inv(2.0 * uniform(key, shape) - 1.0)
+  """float32 standard normals (inverse CDF of `uniform`, |z| < 5.3)."""
+  return np.float32(np.sqrt(2.0)) * erfinv(2.0 * uniform(key, shape) - 1.0)

@@ -7,7 +7,7 @@
   reflect-101 borders; the image itself is filtered with reflect-101 borders (`cv2.filter2D`).
 * `gaussian_blur`, `params = sigma`: scikit-image's `gaussian` (scipy's `gaussian_filter`): the
   separable kernel exp(-t^2 / (2 sigma^2)), t = -r..r with r = int(4 sigma + 0.5), normalised,
-  with the border pixel repeated ('nearest'), as banded matrix products along W and H.
+  with the border pixel repeated ('nearest'), as shifted adds along W and H per channel plane.
 
 Every function takes `x` float32 `[B, H, W, 3]` on the 0..255 scale, the table entry of one
 severity (a static Python constant) and a PRNG key (unused: both are deterministic); it returns the
@@ -21,8 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from calib_jax.shift import geometric
+
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
-_EXACT = jax.lax.Precision.HIGHEST
 
 
 def _reflect101(values: np.ndarray, pad: int, axis: int) -> np.ndarray:
@@ -108,7 +109,9 @@ def defocus_blur(x: jax.Array, params: tuple[float, float], key: jax.Array) -> j
   pad = kernel.shape[0] // 2
   planes = to_planes(x)
   height, width = planes.shape[2:]
-  padded = jnp.pad(planes, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="reflect")
+  # Materialised, as in geometric.gaussian_filter: a pad fused into the reads stops vectorising.
+  padded = jax.lax.optimization_barrier(
+      jnp.pad(planes, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="reflect"))
   if kernel.size <= _DIRECT_TAPS:
     out = jnp.zeros_like(planes)
     for (row, col), weight in np.ndenumerate(kernel):
@@ -121,42 +124,14 @@ def defocus_blur(x: jax.Array, params: tuple[float, float], key: jax.Array) -> j
   return from_planes(out.reshape(planes.shape))
 
 
-def gaussian_kernel(sigma: float, truncate: float = 4.0) -> np.ndarray:
-  """scipy's `gaussian_filter1d` weights: t = -r..r, r = int(truncate sigma + 0.5)."""
-  radius = int(truncate * float(sigma) + 0.5)
-  taps = np.arange(-radius, radius + 1, dtype=np.float64)
-  weights = np.exp(-0.5 * taps ** 2 / float(sigma) ** 2)
-  return weights / weights.sum()
-
-
-def edge_band_matrix(size: int, weights: np.ndarray) -> np.ndarray:
-  """`[size, size]` matrix M with (v M)[o] = sum_a w[a] v[clip(o + a - r, 0, size - 1)]: a
-  correlation with `weights` (2r + 1 taps), the border pixel repeated, as one matrix product."""
-  radius = len(weights) // 2
-  matrix = np.zeros((size, size))
-  for out in range(size):
-    for tap, weight in enumerate(weights):
-      matrix[min(max(out + tap - radius, 0), size - 1), out] += weight
-  return matrix.astype(np.float32)
-
-
 def gaussian_blur(x: jax.Array, sigma: float, key: jax.Array) -> jax.Array:
   """Gaussian blur of standard deviation `sigma` pixels, border pixels repeated.
 
-  Separable: one banded matrix product along W, one along H, per channel plane. On CPUs this
-  beat both a 2-D FFT and shifted adds (dense products run at the matmul kernel's speed, which
-  pays for the zeros of the band); exact in float32 (`Precision.HIGHEST` keeps accelerators
-  from rounding the operands to bfloat16 / TF32).
+  Separable, per channel plane: shifted adds along W, then along H (`geometric.gaussian_filter`).
+  On CPUs 4-5x faster than banded matrix products or a 2-D FFT at 224 px.
   """
   del key  # deterministic
-  weights = gaussian_kernel(sigma)
-  planes = to_planes(x)
-  height, width = planes.shape[2:]
-  across = jnp.asarray(edge_band_matrix(width, weights))
-  down = jnp.asarray(edge_band_matrix(height, weights))
-  planes = jnp.einsum("bchw,wv->bchv", planes, across, precision=_EXACT)
-  planes = jnp.einsum("bchw,hv->bcvw", planes, down, precision=_EXACT)
-  return from_planes(planes)
+  return from_planes(geometric.gaussian_filter(to_planes(x), (sigma, sigma), axes=(2, 3)))
 
 
 CORRUPTIONS: dict[str, Corruption] = {

@@ -8,7 +8,7 @@ numpy's ziggurat takes ~110 ms for the same count there. The reference draws wit
 corruptions could not beat it by generating numbers with `jax.random`.
 
 Here a value's bits are a hash of its counter instead, an elementwise function XLA fuses into the
-corruption's one loop (~1-2 ms for the 2.4 M bits, ~20 ms with the normal transform):
+corruption's one loop (~1-2 ms for the 2.4 M bits, ~10-20 ms with the normal transform):
 
     b = h(h(c XOR s0) + s1),   c = the value's index within its image,
 

@@ -7,7 +7,8 @@ Pillow's BICUBIC to --size), for each corruption and severity:
 
 * deterministic corruptions: mean |calib_jax - reference| in grey levels over all pixels (goal <= 1);
 * random ones: the mean change mean(out - in) and the spread std(out - in) of one draw, averaged
-  over --draws draws per image, for both sides (they should agree within the draw-to-draw spread).
+  over --draws draws per image, for both sides, the change ± its standard error over the images x
+  draws (the two should agree within about two standard errors).
 
 --table=imagenet uses imagecorruptions' functions; cifar10 / tiny_imagenet use the functions of
 Hendrycks' scripts, read from a checkout (or bare mirror) of hendrycks/robustness. Prints a markdown
@@ -95,9 +96,12 @@ def reference(name, image, severity, table, functions):
 
 
 def change_and_spread(outputs, images):
+  """Mean change, its standard error over the images x draws, and the mean spread."""
   difference = outputs.astype(np.float64) - images.astype(np.float64)
   axes = tuple(range(1, difference.ndim))
-  return difference.mean(axis=axes).mean(), difference.std(axis=axes).mean()
+  changes = difference.mean(axis=axes)
+  error = changes.std(ddof=1) / np.sqrt(len(changes))
+  return changes.mean(), error, difference.std(axis=axes).mean()
 
 
 def main(argv):
@@ -134,10 +138,11 @@ def main(argv):
         theirs = np.stack([reference(name, image, severity, table, functions)
                            for _ in range(_DRAWS.value) for image in images])
         inputs = np.concatenate([images] * _DRAWS.value)
-        change_ours, spread_ours = change_and_spread(ours, inputs)
-        change_ref, spread_ref = change_and_spread(theirs, inputs)
-        print(f"| {name} | {severity} | random | | {change_ours:.2f} / {change_ref:.2f} | "
-              f"{spread_ours:.2f} / {spread_ref:.2f} |", flush=True)
+        change_ours, error_ours, spread_ours = change_and_spread(ours, inputs)
+        change_ref, error_ref, spread_ref = change_and_spread(theirs, inputs)
+        print(f"| {name} | {severity} | random | | {change_ours:.2f} ± {error_ours:.2f} / "
+              f"{change_ref:.2f} ± {error_ref:.2f} | {spread_ours:.2f} / {spread_ref:.2f} |",
+              flush=True)
       except Exception as error:  # pylint: disable=broad-except
         print(f"| {name} | {severity} | failed: {type(error).__name__}: "
               f"{str(error).splitlines()[0][:80]} | | | |", flush=True)

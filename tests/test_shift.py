@@ -182,9 +182,9 @@ def test_rotate_zero_fills_the_corners():
 
 
 @pytest.mark.parametrize("delta,iterations", [(1, 2), (2, 1), (3, 2)])
-def test_glass_blur_copies_in_parallel_equal_the_references_sequential_copies(delta, iterations):
+def test_glass_blurs_resolved_copies_equal_the_references_sequential_copies(delta, iterations):
   # The reference visits rows and columns in decreasing order and copies pixel (h + dy, w + dx)
-  # into (h, w), one after another: `_copy_pass` resolves the chains by pointer jumping.
+  # into (h, w), one after another: `glass_sources` resolves the chains by pointer doubling.
   height, width, batch = 9, 11, 3
   sites = geometric.glass_swap_sites(height, width, delta, iterations)
   rng = np.random.default_rng(delta)
@@ -194,19 +194,6 @@ def test_glass_blur_copies_in_parallel_equal_the_references_sequential_copies(de
   for b in range(batch):
     for t, site in enumerate(sites):
       expected[b, site] = expected[b, partners[b, t]]
-  per_pass = sites.shape[0] // iterations
-  for copy_pass in (geometric._copy_pass_in_order, geometric._copy_pass_by_jumping):
-    order = jnp.tile(jnp.arange(height * width, dtype=jnp.int32), (batch, 1))
-    for i in range(iterations):
-      window = slice(i * per_pass, (i + 1) * per_pass)
-      order = jax.jit(copy_pass)(order, jnp.asarray(sites[window]),
-                                 jnp.asarray(partners[:, window], jnp.int32))
-    np.testing.assert_array_equal(np.asarray(order), expected, err_msg=copy_pass.__name__)
-
-
-def test_glass_blur_jumps_pointers_on_accelerators_and_copies_in_order_on_cpus():
-  lowered = {platform: jax.jit(geometric._copy_pass).trace(
-      jnp.zeros((2, 20), jnp.int32), jnp.arange(10, dtype=jnp.int32),
-      jnp.zeros((2, 10), jnp.int32)).lower(lowering_platforms=(platform,)).as_text()
-      for platform in ("cpu", "cuda")}
-  assert "stablehlo.while" in lowered["cpu"] and "stablehlo.while" not in lowered["cuda"]
+  sources = jax.jit(geometric.glass_sources, static_argnums=(0, 1, 2, 3))(
+      height, width, delta, iterations, jnp.asarray(offsets, jnp.int32))
+  np.testing.assert_array_equal(np.asarray(sources), expected)

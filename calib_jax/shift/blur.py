@@ -7,7 +7,7 @@
   reflect-101 borders; the image itself is filtered with reflect-101 borders (`cv2.filter2D`).
 * `gaussian_blur`, `params = sigma`: scikit-image's `gaussian` (scipy's `gaussian_filter`): the
   separable kernel exp(-t^2 / (2 sigma^2)), t = -r..r with r = int(4 sigma + 0.5), normalised,
-  with the border pixel repeated ('nearest').
+  with the border pixel repeated ('nearest'), as shifted adds along W and H per channel plane.
 
 Every function takes `x` float32 `[B, H, W, 3]` on the 0..255 scale, the table entry of one
 severity (a static Python constant) and a PRNG key (unused: both are deterministic); it returns the
@@ -20,6 +20,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from calib_jax.shift import geometric
 
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
 
@@ -73,30 +75,63 @@ def correlate(padded: jax.Array, kernel: np.ndarray) -> jax.Array:
   return full[:, kernel_height - 1:, kernel_width - 1:, :]
 
 
+def to_planes(x: jax.Array) -> jax.Array:
+  """`[B, H, W, C]` -> `[B, C, H, W]`: filters along H and W vectorise over the wide last axis
+  (with C = 3 last, XLA's CPU loops run 3 wide; the two transposes cost ~one copy each)."""
+  return jnp.transpose(x, (0, 3, 1, 2))
+
+
+def from_planes(planes: jax.Array) -> jax.Array:
+  """`[B, C, H, W]` -> `[B, H, W, C]`."""
+  return jnp.transpose(planes, (0, 2, 3, 1))
+
+
+def _support(kernel: np.ndarray) -> np.ndarray:
+  """The kernel cropped to the smallest centred square holding its nonzero weights."""
+  half = kernel.shape[0] // 2
+  rows, cols = np.nonzero(kernel)
+  reach = int(max(np.abs(rows - half).max(), np.abs(cols - half).max()))
+  return kernel[half - reach:half + reach + 1, half - reach:half + reach + 1]
+
+
+# Up to this many taps the disk is applied as shifted adds (one fused loop); above, through FFTs.
+_DIRECT_TAPS = 49
+
+
 def defocus_blur(x: jax.Array, params: tuple[float, float], key: jax.Array) -> jax.Array:
-  """Defocus blur with the anti-aliased disk of `radius, alias_blur = params`."""
+  """Defocus blur with the anti-aliased disk of `radius, alias_blur = params`.
+
+  Small disks (CIFAR-10-C's radii under 1 px leave a 3 x 3 kernel) are applied as a sum of
+  shifted copies, large ones (ImageNet-C's 17 x 17 to 21 x 21) by FFT; both per channel plane.
+  """
   del key  # deterministic
-  kernel = disk_kernel(*params)
+  kernel = _support(disk_kernel(*params))
   pad = kernel.shape[0] // 2
-  padded = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="reflect")
-  return correlate(padded, kernel)
-
-
-def gaussian_kernel(sigma: float, truncate: float = 4.0) -> np.ndarray:
-  """scipy's `gaussian_filter1d` weights: t = -r..r, r = int(truncate sigma + 0.5)."""
-  radius = int(truncate * float(sigma) + 0.5)
-  taps = np.arange(-radius, radius + 1, dtype=np.float64)
-  weights = np.exp(-0.5 * taps ** 2 / float(sigma) ** 2)
-  return weights / weights.sum()
+  planes = to_planes(x)
+  height, width = planes.shape[2:]
+  # Materialised, as in geometric.gaussian_filter: a pad fused into the reads stops vectorising.
+  padded = jax.lax.optimization_barrier(
+      jnp.pad(planes, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="reflect"))
+  if kernel.size <= _DIRECT_TAPS:
+    out = jnp.zeros_like(planes)
+    for (row, col), weight in np.ndenumerate(kernel):
+      if weight != 0.0:
+        out = out + weight * padded[:, :, row:row + height, col:col + width]
+    return from_planes(out)
+  batch, channels = planes.shape[:2]
+  flat = padded.reshape((batch * channels, *padded.shape[2:], 1))
+  out = correlate(flat, kernel)[..., 0]
+  return from_planes(out.reshape(planes.shape))
 
 
 def gaussian_blur(x: jax.Array, sigma: float, key: jax.Array) -> jax.Array:
-  """Gaussian blur of standard deviation `sigma` pixels, border pixels repeated."""
+  """Gaussian blur of standard deviation `sigma` pixels, border pixels repeated.
+
+  Separable, per channel plane: shifted adds along W, then along H (`geometric.gaussian_filter`).
+  On CPUs 4-5x faster than banded matrix products or a 2-D FFT at 224 px.
+  """
   del key  # deterministic
-  weights = gaussian_kernel(sigma)
-  pad = weights.shape[0] // 2
-  padded = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
-  return correlate(padded, np.outer(weights, weights))
+  return from_planes(geometric.gaussian_filter(to_planes(x), (sigma, sigma), axes=(2, 3)))
 
 
 CORRUPTIONS: dict[str, Corruption] = {

@@ -13,22 +13,22 @@
   reference's pass of local "swaps": for each iteration, rows h = H - d .. d + 1 and columns
   w = W - d .. d + 1 in decreasing order, pixel (h, w) takes the value of (h + dy, w + dx),
   dx, dy ~ U{-d, .., d - 1} (the reference's tuple swap of numpy pixel views copies one way).
-  The copies are sequential (a value read may have been written earlier in the pass): on a CPU
-  they run in order (`lax.fori_loop`), on accelerators they are resolved by pointer jumping
-  (`_copy_pass`, equal index for index), as a map of source-pixel indices applied once at the
-  end; then a second Gaussian blur.
+  The copies are sequential (a value read may have been written earlier in the pass): their
+  chains are resolved by pointer doubling over a map of source-pixel indices (`glass_sources`),
+  applied once at the end; then a second Gaussian blur.
 
 `x` is float32 `[B, H, W, 3]` on the 0..255 scale, `params` one severity's table entry (static),
 `key` a PRNG key with independent draws per image; results are float32 on 0..255, unclipped.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from calib_jax.shift import hashed_random
 
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
 
@@ -52,7 +52,9 @@ def gaussian_filter(x: jax.Array, sigmas: tuple[float, ...], axes: tuple[int, ..
     size = x.shape[axis]
     pads = [(0, 0)] * x.ndim
     pads[axis] = (radius, radius)
-    padded = jnp.pad(x, pads, mode=pad_mode)
+    # Materialised: fused into the shifted reads below, the pad's index arithmetic kept XLA's CPU
+    # loop from vectorising (2-5x slower at 224 px).
+    padded = jax.lax.optimization_barrier(jnp.pad(x, pads, mode=pad_mode))
     out = jnp.zeros_like(x)
     for offset, weight in enumerate(weights):
       out = out + weight * jax.lax.slice_in_dim(padded, offset, offset + size, axis=axis)
@@ -192,7 +194,8 @@ def elastic_transform(x: jax.Array, params: Elastic, key: jax.Array) -> jax.Arra
   one)."""
   batch, height, width = x.shape[:3]
   field_key, affine_key = jax.random.split(key)
-  fields = jax.random.uniform(field_key, (batch, 2, height, width), minval=-1.0, maxval=1.0)
+  # U(-1, 1) per pixel from the counter hash (see hashed_random: jax.random is slow on CPUs).
+  fields = 2.0 * hashed_random.uniform(field_key, (batch, 2, height, width)) - 1.0
   moves = jax.random.uniform(affine_key, (batch, 3, 2), minval=-1.0, maxval=1.0)
   return elastic_transform_at(x, params, fields, moves)
 
@@ -205,51 +208,54 @@ def glass_swap_sites(height: int, width: int, delta: int, iterations: int) -> np
   return np.tile(sites, iterations).astype(np.int32)
 
 
-def _copy_pass_by_jumping(order: jax.Array, sites: jax.Array, partners: jax.Array) -> jax.Array:
-  """`_copy_pass` in parallel, for accelerators.
+def _resolve(pointers: jax.Array) -> jax.Array:
+  """Pointer doubling until every pointer reaches a node that points to itself."""
+  def unresolved(state):
+    return ~state[1]
 
-  Each site is written once per pass, so when site s is visited its partner p holds either the
-  value written at p's own (earlier) visit, which no later copy changes, or the value p had
-  when the pass began. The result is then `start[root(s)]`, following s -> p while p was
-  visited before s: a chain over sites visited earlier and earlier, resolved by pointer
-  jumping (`ptr <- ptr[ptr]`) in ceil(log2(m)) + 1 rounds of batch-wide gathers instead of m
-  sequential steps. Equal to the sequential copies, index for index.
+  def double(state):
+    jumped = state[0][state[0]]
+    return jumped, jnp.all(jumped == state[0])
+
+  return jax.lax.while_loop(unresolved, double, (pointers, jnp.asarray(False)))[0]
+
+
+def glass_sources(height: int, width: int, delta: int, iterations: int,
+                  offsets: jax.Array) -> jax.Array:
+  """The source pixel (flat index) of each pixel after the reference's passes of copies,
+  `[B, H W]`, from the offsets `[B, S, 2]` (dx, dy) of `glass_blur_at`.
+
+  Within one pass a site s visited at rank r(s) reads its partner t = s + dy W + dx: the value t
+  got earlier in the pass when r(t) < r(s) (t already visited), else t's value from before the
+  pass. So new(s) = new(t) or old(t), new(p) = old(p) off the sites: pointers that always move to
+  earlier ranks, ending at an "old" node (which points to itself). Pointer doubling
+  (ptr <- ptr[ptr] until nothing moves; the chains are short, so ~6 times) resolves every chain
+  at once: a few batched gathers per pass instead of the ~50,000 sequential steps of a loop over
+  the sites at 224 px. Exact.
   """
-  batch, n = order.shape
-  m = sites.shape[0]
-  rank = jnp.full((n,), m, jnp.int32).at[sites].set(jnp.arange(m, dtype=jnp.int32))
-  earlier = rank[partners] < jnp.arange(m, dtype=jnp.int32)[None, :]  # [B, m]
-  identity = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (batch, n))
-  # A site whose partner was not visited before it copies the pass's start value of that
-  # partner: it is its own chain's end, with that value. Others point to their partner.
-  value = order.at[:, sites].set(jnp.where(earlier, 0, jnp.take_along_axis(order, partners, 1)))
-  pointer = identity.at[:, sites].set(jnp.where(earlier, partners, sites[None, :]))
-  for _ in range(max(1, math.ceil(math.log2(max(m, 2)))) + 1):
-    pointer = jnp.take_along_axis(pointer, pointer, axis=1)
-  return jnp.take_along_axis(value, pointer, axis=1)
-
-
-def _copy_pass_in_order(order: jax.Array, sites: jax.Array, partners: jax.Array) -> jax.Array:
-  """`_copy_pass` one copy after another (`lax.fori_loop`): m cheap steps, fast on a CPU."""
-  def copy(step, order):
-    return order.at[:, sites[step]].set(
-        jnp.take_along_axis(order, partners[:, step, None], axis=1)[:, 0])
-
-  return jax.lax.fori_loop(0, sites.shape[0], copy, order)
-
-
-def _copy_pass(order: jax.Array, sites: jax.Array, partners: jax.Array) -> jax.Array:
-  """One pass of the reference's sequential copies `order[sites[t]] = order[partners[t]]`
-  (t = 0, 1, ...; `order` `[B, n]`, `partners` `[B, m]`).
-
-  Both forms give the same indices. On a CPU the m copies run in order (one scalar write each);
-  on a GPU or TPU that loop is m tiny kernels (an H200 corrupted 47 images/s at 224 px, 500x
-  its ResNet-50 forward pass), so there the chains are resolved by pointer jumping, log2(m)
-  batch-wide gathers (4-7x slower than the loop on a CPU). Chosen when the program is lowered
-  (`jax.lax.platform_dependent`).
-  """
-  return jax.lax.platform_dependent(order, sites, partners, cpu=_copy_pass_in_order,
-                                    default=_copy_pass_by_jumping)
+  sites_np = glass_swap_sites(height, width, delta, 1)
+  count, size = sites_np.shape[0], height * width
+  rank_np = np.full(size, -1, np.int32)
+  rank_np[sites_np] = np.arange(count, dtype=np.int32)
+  sites, rank = jnp.asarray(sites_np), jnp.asarray(rank_np)
+  batch = offsets.shape[0]
+  # Nodes 0..size-1: a pixel's value after the pass; size..2 size-1: its value before. Image b's
+  # nodes are numbered from 2 b size, so one flat 1-D gather serves the batch (XLA's CPU gather
+  # is several times faster on flat indices than with a batch dimension).
+  base = (jnp.arange(batch, dtype=jnp.int32) * (2 * size))[:, None]
+  resting = jnp.broadcast_to(jnp.arange(size, 2 * size, dtype=jnp.int32), (batch, size))
+  order = jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (batch, size))
+  for step in range(iterations):
+    moves = offsets[:, step * count:(step + 1) * count]
+    partners = sites[None, :] + moves[..., 1] * width + moves[..., 0]
+    partner_rank = rank[partners]
+    earlier = (partner_rank >= 0) & (partner_rank < jnp.arange(count, dtype=jnp.int32)[None])
+    updated = resting.at[:, sites].set(jnp.where(earlier, partners, partners + size))
+    pointers = (jnp.concatenate([updated, resting], axis=1) + base).reshape(-1)
+    pointers = _resolve(pointers)
+    final = pointers.reshape(batch, 2 * size)[:, :size] - base - size
+    order = (order + base // 2).reshape(-1)[final + base // 2] - base // 2
+  return order
 
 
 def glass_blur_at(x: jax.Array, params: tuple[float, int, int], offsets: jax.Array) -> jax.Array:
@@ -257,21 +263,18 @@ def glass_blur_at(x: jax.Array, params: tuple[float, int, int], offsets: jax.Arr
   `glass_swap_sites`."""
   sigma, delta, iterations = params
   batch, height, width, channels = x.shape
-  sites = glass_swap_sites(height, width, delta, iterations)
-  per_pass = sites.shape[0] // iterations
-  blurred = gaussian_filter(x.astype(jnp.float32) / 255.0, (sigma, sigma), axes=(1, 2))
+  # The blurs run per channel plane [B, C, H, W] (vectorised along W, not along C = 3).
+  planes = jnp.transpose(x.astype(jnp.float32) / 255.0, (0, 3, 1, 2))
+  blurred = jnp.transpose(gaussian_filter(planes, (sigma, sigma), axes=(2, 3)), (0, 2, 3, 1))
   # np.uint8(v * 255) truncates towards zero.
   pixels = jnp.floor(jnp.clip(blurred * 255.0, 0.0, 255.0))
   # The reference's `x[h, w], x[h', w'] = x[h', w'], x[h, w]` on pixel views copies (h', w')
-  # into (h, w) and leaves (h', w') as it was (a duplication, not a swap): one write per site.
-  partners = jnp.asarray(sites)[None, :] + offsets[..., 1] * width + offsets[..., 0]
-  order = jnp.broadcast_to(jnp.arange(height * width, dtype=jnp.int32), (batch, height * width))
-  for i in range(iterations):
-    window = slice(i * per_pass, (i + 1) * per_pass)
-    order = _copy_pass(order, jnp.asarray(sites[window]), partners[:, window])
+  # into (h, w) and leaves (h', w') as it was (a duplication, not a swap).
+  order = glass_sources(height, width, delta, iterations, offsets)
   shuffled = jnp.take_along_axis(pixels.reshape(batch, height * width, channels),
                                  order[..., None], axis=1).reshape(x.shape)
-  return gaussian_filter(shuffled / 255.0, (sigma, sigma), axes=(1, 2)) * 255.0
+  planes = jnp.transpose(shuffled / 255.0, (0, 3, 1, 2))
+  return jnp.transpose(gaussian_filter(planes, (sigma, sigma), axes=(2, 3)), (0, 2, 3, 1)) * 255.0
 
 
 def glass_blur(x: jax.Array, params: tuple[float, int, int], key: jax.Array) -> jax.Array:
@@ -279,7 +282,10 @@ def glass_blur(x: jax.Array, params: tuple[float, int, int], key: jax.Array) -> 
   _, delta, iterations = params
   batch, height, width = x.shape[:3]
   count = glass_swap_sites(height, width, delta, iterations).shape[0]
-  offsets = jax.random.randint(key, (batch, count, 2), -delta, delta)
+  # Uniform on -d..d-1 from the counter hash (jax.random.randint took longer than the blur
+  # itself on CPUs); the modulo's bias is below 2d / 2^32.
+  draws = hashed_random.bits(key, (batch, count, 2)) % jnp.uint32(2 * delta)
+  offsets = draws.astype(jnp.int32) - delta
   return glass_blur_at(x, params, offsets)
 
 

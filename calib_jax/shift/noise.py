@@ -10,7 +10,8 @@ With `u = x / 255` the image on [0, 1] and one independent draw per pixel and ch
 
 Every function takes `x` float32 `[B, H, W, 3]` on the 0..255 scale, the table entry `c` of one
 severity (a static Python float) and a PRNG key; it returns the unclipped float32 result on the
-0..255 scale (the caller clips and truncates to uint8).
+0..255 scale (the caller clips and truncates to uint8). The draws come from `hashed_random`
+(a counter hash: on CPUs ~10x faster than `jax.random`'s generators, see there).
 """
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from calib_jax.shift import hashed_random
+
 Corruption = Callable[[jax.Array, Any, jax.Array], jax.Array]
 
 
 def gaussian_noise(x: jax.Array, scale: float, key: jax.Array) -> jax.Array:
   """Additive Gaussian noise of standard deviation `scale` (on the [0, 1] scale)."""
   unit = x / 255.0
-  return (unit + scale * jax.random.normal(key, x.shape, jnp.float32)) * 255.0
+  return (unit + scale * hashed_random.normal(key, x.shape)) * 255.0
 
 
 def poisson_cdf_table(photons: float) -> np.ndarray:
@@ -61,7 +64,7 @@ def shot_noise(x: jax.Array, photons: float, key: jax.Array) -> jax.Array:
   size = table.shape[1]
   flat = jnp.asarray(table.reshape(-1))
   levels = jnp.clip(jnp.round(x), 0, 255).astype(jnp.int32) * size
-  uniform = jax.random.uniform(key, x.shape, jnp.float32)
+  uniform = hashed_random.uniform(key, x.shape)
 
   def halve(_, bounds):
     low, high = bounds
@@ -81,14 +84,14 @@ def impulse_noise(x: jax.Array, amount: float, key: jax.Array) -> jax.Array:
   One uniform draw U per value: salt where U < amount / 2, pepper where amount / 2 <= U < amount
   (the same law as scikit-image's two Bernoulli draws, at half the random bits).
   """
-  uniform = jax.random.uniform(key, x.shape, jnp.float32)
+  uniform = hashed_random.uniform(key, x.shape)
   return jnp.where(uniform < amount, jnp.where(uniform < amount / 2.0, 255.0, 0.0), x)
 
 
 def speckle_noise(x: jax.Array, scale: float, key: jax.Array) -> jax.Array:
   """Multiplicative Gaussian noise u (1 + N(0, scale^2))."""
   unit = x / 255.0
-  return (unit + unit * scale * jax.random.normal(key, x.shape, jnp.float32)) * 255.0
+  return (unit + unit * scale * hashed_random.normal(key, x.shape)) * 255.0
 
 
 CORRUPTIONS: dict[str, Corruption] = {

@@ -11,8 +11,8 @@ The validation split fits; the test split is reported:
   `aece`, `smooth_ece`, `rms_ece`, `nll`, `brier` and `aurc` (of the calibrated maximum
   probability), and 95 % bootstrap percentile intervals of `ece`, `smooth_ece` and `aurc`
   (`metrics.bootstrap`, `bootstrap_samples` resamples; `{value, lower, upper, std}`);
-  `conformal`: split-conformal THR, APS and SAPS sets (`conformal.fit` on val, APS and SAPS
-  randomised, the library's default), each also class-conditional (Mondrian, `<name>-class`),
+  `conformal`: split-conformal THR, APS, RAPS and SAPS sets (`conformal.fit` on val with the
+  library's defaults: APS, RAPS and SAPS randomised, RAPS with λ = 0.01, k_reg = 5), each also class-conditional (Mondrian, `<name>-class`),
   at each `alpha` (keys `thr@0.1`, `thr-class@0.1`, ...), with their test `coverage`,
   `mean_set_size` and `worst_class_coverage` (the lowest coverage of a class);
 * `skipped` (only when something was): a calibrator that refused to fit on this few
@@ -48,7 +48,7 @@ from calib_jax import conformal, metrics, posthoc
 from calib_jax.evaluation import ensembles
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
-CONFORMAL_SETS = ("thr", "aps", "saps")  # each marginal and class-conditional ("-class")
+CONFORMAL_SETS = ("thr", "aps", "raps", "saps")  # each marginal and class-conditional ("-class")
 REQUIRED = ("val_logits", "val_labels", "test_logits", "test_labels")
 OPTIONAL = ("ood_logits",)
 INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")

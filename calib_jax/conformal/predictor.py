@@ -10,6 +10,7 @@ probability ≥ 1 − α given the label, for every class (Vovk 2012).
 """
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import jax
@@ -116,6 +117,50 @@ def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, co
   if conditional == "class":
     return scores_lib.class_quantiles_from_ranks(label_scores, labels, x.shape[-1], ranks, mask)
   return scores_lib.quantile_from_ranks(label_scores, ranks, mask)
+
+
+@functools.partial(jax.jit, static_argnames=("methods", "from_logits"))
+def _method_scores(x, key, *, methods, from_logits):
+  def fn(xb, ub):
+    probs = jax.nn.softmax(xb, axis=-1) if from_logits else xb
+    return scores_lib.scores_of_methods(probs, ub, methods)
+  return _by_rows(fn, any(name != "thr" for name, _, _ in methods), x,
+                  _uniforms(key, x.shape[0]))
+
+
+def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
+                  key: Optional[jax.Array] = None,
+                  from_logits: bool = True) -> dict[str, jax.Array]:
+  """The scores `[N, C]` of every class under several methods at `fit`'s defaults, the
+  sorting ones (APS, RAPS, SAPS) from one sort of each row: several methods cost one.
+
+  `method_scores(x, names, calibration=True)[name]` holds the scores `fit(name, x, ...)`
+  thresholds (`label_scores` of it are its calibration scores), and with `calibration=False`
+  those of `fit(name, ...).scores(x)`, the predictor's: the same uniforms (`key`, default the
+  same fixed key as there) and the same values, bit for bit. Jit-able.
+  """
+  for name in names:
+    if name not in _METHODS:
+      raise ValueError(f"unknown conformal method {name!r}; valid names: {list(_METHODS)}")
+  if any(name != "thr" for name in names) and not all(
+      _METHODS[name].get("randomized", False) for name in names if name != "thr"):
+    raise ValueError("method_scores draws one set of uniforms for the sorting methods")
+  key = _randomized_key(any(name != "thr" for name in names), key,
+                        "fit" if calibration else "the predictor call")
+  methods = tuple((name, float(_METHODS[name].get("lam", 0.0)),
+                   int(_METHODS[name].get("k_reg", 0))) for name in names)
+  x = _check_inputs(x, None, None, "logits")[0]
+  return dict(zip(names, _method_scores(x, key, methods=methods, from_logits=from_logits)))
+
+
+def threshold(label_scores: jax.Array, labels: jax.Array, num_classes: int, alpha: float,
+              conditional: Optional[str] = None) -> jax.Array:
+  """`q̂` of calibration scores `[N]` (each sample's label's score) as `fit` computes it: a
+  scalar, or `[C]` with `conditional="class"`. Jit-able (`alpha` a Python float)."""
+  ranks = scores_lib.quantile_ranks(label_scores.shape[0], float(alpha))
+  if conditional == "class":
+    return scores_lib.class_quantiles_from_ranks(label_scores, labels, num_classes, ranks)
+  return scores_lib.quantile_from_ranks(label_scores, ranks)
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["qhat"],

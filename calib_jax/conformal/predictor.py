@@ -120,24 +120,27 @@ def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, co
 
 
 @functools.partial(jax.jit, static_argnames=("methods", "from_logits"))
-def _method_scores(x, key, *, methods, from_logits):
-  def fn(xb, ub):
+def _method_scores(x, key, labels, *, methods, from_logits):
+  def fn(xb, ub, yb=None):
     probs = jax.nn.softmax(xb, axis=-1) if from_logits else xb
-    return scores_lib.scores_of_methods(probs, ub, methods)
+    out = scores_lib.scores_of_methods(probs, ub, methods)
+    return out if yb is None else tuple(scores_lib.label_scores(s, yb) for s in out)
   return _by_rows(fn, any(name != "thr" for name, _, _ in methods), x,
-                  _uniforms(key, x.shape[0]))
+                  _uniforms(key, x.shape[0]), *(() if labels is None else (labels,)))
 
 
 def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
-                  key: Optional[jax.Array] = None,
+                  labels: Optional[ArrayLike] = None, key: Optional[jax.Array] = None,
                   from_logits: bool = True) -> dict[str, jax.Array]:
   """The scores `[N, C]` of every class under several methods at `fit`'s defaults, the
-  sorting ones (APS, RAPS, SAPS) from one sort of each row: several methods cost one.
+  sorting ones (APS, RAPS, SAPS) from one sort of each row: several methods cost one. With
+  `labels [N]` only each sample's label's score, `[N]` (row blocks: no `[N, C]` array kept).
 
-  `method_scores(x, names, calibration=True)[name]` holds the scores `fit(name, x, ...)`
-  thresholds (`label_scores` of it are its calibration scores), and with `calibration=False`
-  those of `fit(name, ...).scores(x)`, the predictor's: the same uniforms (`key`, default the
-  same fixed key as there) and the same values, bit for bit. Jit-able.
+  `method_scores(x, names, calibration=True, labels=y)[name]` holds the calibration scores
+  `fit(name, x, y)` thresholds (`threshold` gives its `q̂`), and with `calibration=False`
+  `method_scores(x, names)[name]` those of `fit(name, ...).scores(x)`, the predictor's: the
+  same uniforms (`key`, default the same fixed key as there) and the same values, bit for bit.
+  Jit-able.
   """
   for name in names:
     if name not in _METHODS:
@@ -149,8 +152,9 @@ def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
                         "fit" if calibration else "the predictor call")
   methods = tuple((name, float(_METHODS[name].get("lam", 0.0)),
                    int(_METHODS[name].get("k_reg", 0))) for name in names)
-  x = _check_inputs(x, None, None, "logits")[0]
-  return dict(zip(names, _method_scores(x, key, methods=methods, from_logits=from_logits)))
+  x, labels = _check_inputs(x, labels, None, "logits")
+  return dict(zip(names, _method_scores(x, key, labels, methods=methods,
+                                        from_logits=from_logits)))
 
 
 def threshold(label_scores: jax.Array, labels: jax.Array, num_classes: int, alpha: float,

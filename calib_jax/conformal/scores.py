@@ -29,12 +29,35 @@ import numpy as np
 from jax import lax
 
 
-def _sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Probabilities sorted descending per row, and the class of each sorted position."""
+# From this many entries on, the CPU backend sorts in numpy (a host call): XLA:CPU's
+# two-operand stable sort runs ~5x slower than numpy's stable argsort (25,000 x 1,000: ~10 s
+# against ~2 s), far more than the call costs. Smaller arrays stay in XLA, whose programs the
+# compilation cache can keep (one with a host call is compiled in every process).
+_HOST_SORT_MIN_ENTRIES = 1 << 18
+
+
+def _lax_sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
   classes = lax.broadcasted_iota(jnp.int32, probs.shape, probs.ndim - 1)
   neg_sorted, order = lax.sort((-probs, classes), dimension=probs.ndim - 1, num_keys=1,
                                is_stable=True)
   return -neg_sorted, order
+
+
+def _host_sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
+  # numpy's stable argsort of −p orders ties by class index as the stable lax.sort does (−0.0
+  # and 0.0 compare equal in both; probabilities hold no NaN), so the permutation is the same.
+  order = jax.pure_callback(
+      lambda p: np.argsort(-np.asarray(p), axis=-1, kind="stable").astype(np.int32),
+      jax.ShapeDtypeStruct(probs.shape, jnp.int32), probs, vmap_method="broadcast_all")
+  return jnp.take_along_axis(probs, order, axis=-1), order
+
+
+def _sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Probabilities sorted descending per row, and the class of each sorted position."""
+  if probs.size < _HOST_SORT_MIN_ENTRIES:
+    return _lax_sorted_descending(probs)
+  return lax.platform_dependent(probs, cpu=_host_sorted_descending,
+                                default=_lax_sorted_descending)
 
 
 def _to_class_order(sorted_values: jax.Array, order: jax.Array) -> jax.Array:

@@ -38,13 +38,12 @@ def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tupl
   report, shared by the calibrators."""
   num_classes = val_probs.shape[-1]
   val_scores = conformal.method_scores(val_probs, CONFORMAL_SETS, calibration=True,
-                                       from_logits=False)
+                                       labels=val_labels, from_logits=False)
   test_scores = conformal.method_scores(test_probs, CONFORMAL_SETS, calibration=False,
                                         from_logits=False)
   out = {}
   for key, name, conditional, alpha in conformal_keys(alphas, class_alphas):
-    qhat = conformal.threshold(conformal.label_scores(val_scores[name], val_labels), val_labels,
-                               num_classes, alpha, conditional)
+    qhat = conformal.threshold(val_scores[name], val_labels, num_classes, alpha, conditional)
     sets = test_scores[name] <= qhat
     out[key] = jnp.stack([conformal.coverage(sets, test_labels), conformal.mean_set_size(sets),
                           conformal.class_conditional_coverage(sets, test_labels).worst])

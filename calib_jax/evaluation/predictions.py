@@ -231,6 +231,8 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
   report, fitted, key = {}, {}, jax.random.key(seed)
   for name in ("raw",) + tuple(calibrators):
     if name == "raw":
+      # Op by op (not one jitted program: that rounds differently, and these are the
+      # reported raw numbers).
       val_p, test_p = jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1)
     else:
       try:

@@ -67,6 +67,7 @@ def _lax_tie_errors(key: jax.Array, bit: jax.Array):
 def _by_rows(fn, key: np.ndarray, bit: np.ndarray, **kw):
   """`fn(key, bit)` of 1-D rows, applied to every row of `[..., N]` arrays (a vmapped metric,
   e.g. the bootstrap's resamples: one host call for the batch, not one per row)."""
+  key, bit = np.asarray(key), np.asarray(bit)  # host arrays: rows by numpy, not jax, slicing
   if key.ndim == 1:
     return fn(key, bit, **kw)
   rows = [fn(k, b, **kw) for k, b in zip(key.reshape(-1, key.shape[-1]),

@@ -57,3 +57,14 @@ def test_host_sort_is_the_lax_sort():
   lax_ = jax.jit(scores_lib._lax_sorted_descending)(probs)
   for a, b in zip(host, lax_):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_rows_scored_with_their_slice_of_the_uniforms():
+  """A block of rows scored with its slice of `method_uniforms` gets the whole array's rows."""
+  x, _ = _data(120, 7, 5)
+  whole = conformal.method_scores(x, ("aps", "raps", "saps"), calibration=False)
+  u = conformal.method_uniforms(120, calibration=False)
+  part = conformal.method_scores(x[40:90], ("aps", "raps", "saps"), calibration=False,
+                                 uniforms=u[40:90])
+  for name in whole:
+    np.testing.assert_array_equal(np.asarray(part[name]), np.asarray(whole[name])[40:90], name)

@@ -120,17 +120,25 @@ def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, co
 
 
 @functools.partial(jax.jit, static_argnames=("methods", "from_logits"))
-def _method_scores(x, key, labels, *, methods, from_logits):
+def _method_scores(x, key, labels, uniforms, *, methods, from_logits):
   def fn(xb, ub, yb=None):
     probs = jax.nn.softmax(xb, axis=-1) if from_logits else xb
     out = scores_lib.scores_of_methods(probs, ub, methods)
     return out if yb is None else tuple(scores_lib.label_scores(s, yb) for s in out)
   return _by_rows(fn, any(name != "thr" for name, _, _ in methods), x,
-                  _uniforms(key, x.shape[0]), *(() if labels is None else (labels,)))
+                  _uniforms(key, x.shape[0]) if uniforms is None else uniforms,
+                  *(() if labels is None else (labels,)))
+
+
+def method_uniforms(n: int, *, calibration: bool, key: Optional[jax.Array] = None) -> jax.Array:
+  """The `[n]` uniforms `method_scores` (and `fit`, or the predictor call with
+  `calibration=False`) draw for n rows from `key` (default: the same fixed key as there)."""
+  return _uniforms(_randomized_key(True, key, "fit" if calibration else "the predictor call"), n)
 
 
 def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
                   labels: Optional[ArrayLike] = None, key: Optional[jax.Array] = None,
+                  uniforms: Optional[jax.Array] = None,
                   from_logits: bool = True) -> dict[str, jax.Array]:
   """The scores `[N, C]` of every class under several methods at `fit`'s defaults, the
   sorting ones (APS, RAPS, SAPS) from one sort of each row: several methods cost one. With
@@ -140,6 +148,7 @@ def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
   `fit(name, x, y)` thresholds (`threshold` gives its `q̂`), and with `calibration=False`
   `method_scores(x, names)[name]` those of `fit(name, ...).scores(x)`, the predictor's: the
   same uniforms (`key`, default the same fixed key as there) and the same values, bit for bit.
+  `uniforms [N]` replaces the draw (rows of a larger array: a slice of `method_uniforms`).
   Jit-able.
   """
   for name in names:
@@ -153,7 +162,9 @@ def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
   methods = tuple((name, float(_METHODS[name].get("lam", 0.0)),
                    int(_METHODS[name].get("k_reg", 0))) for name in names)
   x, labels = _check_inputs(x, labels, None, "logits")
-  return dict(zip(names, _method_scores(x, key, labels, methods=methods,
+  if uniforms is not None:
+    uniforms = jnp.asarray(uniforms, jnp.float32).reshape(x.shape[0])
+  return dict(zip(names, _method_scores(x, key, labels, uniforms, methods=methods,
                                         from_logits=from_logits)))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from calib_jax import conformal
 
@@ -31,22 +32,54 @@ def conformal_keys(alphas: tuple, class_alphas: tuple) -> list[tuple[str, str, A
           for alpha in levels]
 
 
+# Test rows per block: the sets' statistics are taken block by block, so no `[N, C]` scores
+# or set masks are kept (four methods' would be ~400 MB each at 25,000 x 1,000).
+_BLOCK_ROWS = 2048
+
+
 @functools.partial(jax.jit, static_argnames=("alphas", "class_alphas"))
 def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tuple,
                     class_alphas: tuple) -> dict[str, jax.Array]:
   """`[coverage, mean set size, worst class's coverage]` of every set: one compiled program per
-  report, shared by the calibrators."""
-  num_classes = val_probs.shape[-1]
+  report, shared by the calibrators. The statistics are `conformal.coverage`,
+  `mean_set_size` and `class_conditional_coverage(...).worst` of the sets, from each row's
+  coverage and size (sums of integers: the same values)."""
+  n, num_classes = test_probs.shape
+  keys = conformal_keys(alphas, class_alphas)
   val_scores = conformal.method_scores(val_probs, CONFORMAL_SETS, calibration=True,
                                        labels=val_labels, from_logits=False)
-  test_scores = conformal.method_scores(test_probs, CONFORMAL_SETS, calibration=False,
-                                        from_logits=False)
+  qhats = {key: conformal.threshold(val_scores[name], val_labels, num_classes, alpha,
+                                    conditional)
+           for key, name, conditional, alpha in keys}
+  blocks = -(-n // _BLOCK_ROWS)
+  pad = blocks * _BLOCK_ROWS - n
+
+  def block_stats(args):
+    probs, labels, uniforms = args
+    scores = conformal.method_scores(probs, CONFORMAL_SETS, calibration=False,
+                                     uniforms=uniforms, from_logits=False)
+    out = {}
+    for key, name, _, _ in keys:
+      sets = scores[name] <= qhats[key]
+      covered = jnp.take_along_axis(sets, labels[:, None], axis=-1)[:, 0].astype(jnp.float32)
+      out[key] = (covered, jnp.sum(sets, axis=-1, dtype=jnp.float32))
+    return out
+
+  def rows(a):
+    a = jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+    return a.reshape((blocks, _BLOCK_ROWS) + a.shape[1:])
+
+  uniforms = conformal.method_uniforms(n, calibration=False)
+  per_row = lax.map(block_stats, (rows(test_probs), rows(test_labels), rows(uniforms)))
+  ones = jnp.ones(n, jnp.float32)
+  count = jax.ops.segment_sum(ones, test_labels, num_segments=num_classes)
   out = {}
-  for key, name, conditional, alpha in conformal_keys(alphas, class_alphas):
-    qhat = conformal.threshold(val_scores[name], val_labels, num_classes, alpha, conditional)
-    sets = test_scores[name] <= qhat
-    out[key] = jnp.stack([conformal.coverage(sets, test_labels), conformal.mean_set_size(sets),
-                          conformal.class_conditional_coverage(sets, test_labels).worst])
+  for key in qhats:
+    covered, size = (a.reshape(-1)[:n] for a in per_row[key])
+    hits = jax.ops.segment_sum(covered, test_labels, num_segments=num_classes)
+    worst = jnp.min(jnp.where(count > 0, hits / jnp.maximum(count, 1.0), jnp.inf))
+    out[key] = jnp.stack([jnp.sum(covered) / jnp.sum(ones), jnp.sum(size) / jnp.sum(ones),
+                          worst])
   return out
 
 

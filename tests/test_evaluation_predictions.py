@@ -157,7 +157,8 @@ def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):
           "val_labels": arrays["val_labels"][:15]}
   results = predictions.evaluate_predictions(**tiny, calibrators=(), alphas=(0.1, 0.05),
                                              bootstrap_samples=0)
-  assert set(results["calibrators"]["raw"]["conformal"]) == {"thr@0.1", "aps@0.1", "saps@0.1"}
+  assert set(results["calibrators"]["raw"]["conformal"]) == {"thr@0.1", "aps@0.1", "raps@0.1",
+                                                             "saps@0.1"}
   assert "need >= 19" in results["skipped"]["conformal@0.05"]
   assert "calibration samples, too few for conditional='class' at alpha=0.1" in results[
       "skipped"]["conformal-class@0.1"]
@@ -177,11 +178,13 @@ def test_class_conditional_sets_are_mondrian_fits_and_skipped_per_alpha(arrays):
                                              alphas=(0.1, 0.05), bootstrap_samples=0)
   got = results["calibrators"]["raw"]["conformal"]
   assert list(got) == ["thr@0.1", "thr@0.05", "thr-class@0.1", "aps@0.1", "aps@0.05",
-                       "aps-class@0.1", "saps@0.1", "saps@0.05", "saps-class@0.1"]
+                       "aps-class@0.1", "raps@0.1", "raps@0.05", "raps-class@0.1", "saps@0.1",
+                       "saps@0.05", "saps-class@0.1"]
   assert results["skipped"]["conformal-class@0.05"].startswith(
       "class 2 has 12 calibration samples, too few for conditional='class' at alpha=0.05")
   test_p, test_y = jax.nn.softmax(arrays["test_logits"], -1), arrays["test_labels"]
-  for key, kw in (("thr-class@0.1", {"conditional": "class"}), ("saps@0.05", {})):
+  for key, kw in (("thr-class@0.1", {"conditional": "class"}), ("saps@0.05", {}),
+                  ("raps@0.1", {}), ("raps-class@0.1", {"conditional": "class"})):
     name, alpha = key.split("-")[0].split("@")[0], float(key.rsplit("@", 1)[1])
     sets = conformal.fit(name, jax.nn.softmax(val_x, -1), val_y, alpha, from_logits=False,
                          **kw)(test_p)
@@ -191,6 +194,7 @@ def test_class_conditional_sets_are_mondrian_fits_and_skipped_per_alpha(arrays):
         float(conformal.class_conditional_coverage(sets, test_y).worst))
   table = predictions.format_table(results)
   assert re.search(r"raw +thr-class +0\.\d{3} +\d\.\d\d +0\.\d\d +-\n", table)
+  assert re.search(r"raw +raps-class +0\.\d{3} +\d\.\d\d +0\.\d\d +-\n", table)
   assert "worst class's coverage" in table
 
 

@@ -54,10 +54,10 @@ def test_the_toolkit_is_evaluate_predictions_of_the_runs_logits(digits_run):
   interval = raw["intervals"]["ece"]
   assert interval["lower"] <= raw["ece"] + 1e-6 and raw["ece"] - 1e-6 <= interval["upper"]
   conformal_keys = set(posthoc["calibrators"]["raw"]["conformal"])
-  assert {f"{name}@{alpha}" for name in ("thr", "aps", "saps")
+  assert {f"{name}@{alpha}" for name in ("thr", "aps", "raps", "saps")
           for alpha in ("0.1", "0.05")} <= conformal_keys
   for alpha in ("0.1", "0.05"):  # the Mondrian sets, or why a class had too few samples
-    mondrian = {f"{name}-class@{alpha}" for name in ("thr", "aps", "saps")}
+    mondrian = {f"{name}-class@{alpha}" for name in ("thr", "aps", "raps", "saps")}
     assert mondrian <= conformal_keys or (not mondrian & conformal_keys and f"conformal-class@"
                                           f"{alpha}" in posthoc["skipped"])
   assert set(posthoc["failure"]) == {"msp", "max_logit", "neg_entropy", "energy", "pnorm"}

@@ -124,3 +124,21 @@ def test_top_label_metrics_resample_two_column_rows_with_the_same_result(metric)
   reduced = metrics.bootstrap(metric, rows, right, num_samples=40, key=jax.random.key(2))
   for name in ("value", "lower", "upper", "std"):
     np.testing.assert_allclose(full[name], reduced[name], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("metric_fn", [metrics.aurc, metrics.eaurc, metrics.augrc])
+@pytest.mark.parametrize("masked", [False, True])
+def test_ranked_chunks_equal_one_resample_at_a_time(metric_fn, masked):
+  """AURC-type metrics rank a chunk of resamples in one host call and reduce each alone
+  (`selective.ranked_reduction`): bit for bit the values of one resample at a time
+  (`batch_size=1`), ties and masks included."""
+  rng = np.random.default_rng(3)
+  scores = np.round(rng.uniform(0.2, 1.0, 300), 2).astype(np.float32)  # many ties
+  correct = rng.uniform(size=300) < scores
+  mask = rng.uniform(size=300) < 0.8 if masked else None
+  key = jax.random.key(7)
+  fast = metrics.bootstrap(metric_fn, scores, correct, num_samples=60, key=key, mask=mask)
+  slow = metrics.bootstrap(metric_fn, scores, correct, num_samples=60, key=key, mask=mask,
+                           batch_size=1)
+  for stat in ("value", "lower", "upper", "std"):
+    np.testing.assert_array_equal(np.asarray(fast[stat]), np.asarray(slow[stat]), stat)

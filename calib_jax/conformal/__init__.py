@@ -17,7 +17,10 @@ from calib_jax.conformal.metrics import StratifiedCoverage
 from calib_jax.conformal.predictor import check_class_sizes
 from calib_jax.conformal.predictor import ConformalPredictor
 from calib_jax.conformal.predictor import fit
+from calib_jax.conformal.predictor import method_scores
+from calib_jax.conformal.predictor import method_uniforms
 from calib_jax.conformal.predictor import names
+from calib_jax.conformal.predictor import threshold
 from calib_jax.conformal.scores import aps_scores
 from calib_jax.conformal.scores import class_conditional_quantile
 from calib_jax.conformal.scores import conformal_quantile
@@ -29,7 +32,8 @@ from calib_jax.conformal.scores import saps_scores
 from calib_jax.conformal.scores import thr_scores
 
 __all__ = [
-    "fit", "names", "ConformalPredictor", "check_class_sizes",
+    "fit", "names", "ConformalPredictor", "check_class_sizes", "method_scores", "method_uniforms",
+    "threshold",
     "thr_scores", "aps_scores", "raps_scores", "saps_scores", "label_scores",
     "conformal_quantile", "class_conditional_quantile", "quantile_rank", "min_calibration_size",
     "coverage", "mean_set_size", "size_stratified_coverage", "class_conditional_coverage",

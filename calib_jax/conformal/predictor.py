@@ -10,6 +10,7 @@ probability ≥ 1 − α given the label, for every class (Vovk 2012).
 """
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import jax
@@ -116,6 +117,65 @@ def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, co
   if conditional == "class":
     return scores_lib.class_quantiles_from_ranks(label_scores, labels, x.shape[-1], ranks, mask)
   return scores_lib.quantile_from_ranks(label_scores, ranks, mask)
+
+
+@functools.partial(jax.jit, static_argnames=("methods", "from_logits"))
+def _method_scores(x, key, labels, uniforms, *, methods, from_logits):
+  def fn(xb, ub, yb=None):
+    probs = jax.nn.softmax(xb, axis=-1) if from_logits else xb
+    out = scores_lib.scores_of_methods(probs, ub, methods)
+    return out if yb is None else tuple(scores_lib.label_scores(s, yb) for s in out)
+  return _by_rows(fn, any(name != "thr" for name, _, _ in methods), x,
+                  _uniforms(key, x.shape[0]) if uniforms is None else uniforms,
+                  *(() if labels is None else (labels,)))
+
+
+def method_uniforms(n: int, *, calibration: bool, key: Optional[jax.Array] = None) -> jax.Array:
+  """The `[n]` uniforms `method_scores` (and `fit`, or the predictor call with
+  `calibration=False`) draw for n rows from `key` (default: the same fixed key as there)."""
+  return _uniforms(_randomized_key(True, key, "fit" if calibration else "the predictor call"), n)
+
+
+def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
+                  labels: Optional[ArrayLike] = None, key: Optional[jax.Array] = None,
+                  uniforms: Optional[jax.Array] = None,
+                  from_logits: bool = True) -> dict[str, jax.Array]:
+  """The scores `[N, C]` of every class under several methods at `fit`'s defaults, the
+  sorting ones (APS, RAPS, SAPS) from one sort of each row: several methods cost one. With
+  `labels [N]` only each sample's label's score, `[N]` (row blocks: no `[N, C]` array kept).
+
+  `method_scores(x, names, calibration=True, labels=y)[name]` holds the calibration scores
+  `fit(name, x, y)` thresholds (`threshold` gives its `q̂`), and with `calibration=False`
+  `method_scores(x, names)[name]` those of `fit(name, ...).scores(x)`, the predictor's: the
+  same uniforms (`key`, default the same fixed key as there) and the same values, bit for bit.
+  `uniforms [N]` replaces the draw (rows of a larger array: a slice of `method_uniforms`).
+  Jit-able.
+  """
+  for name in names:
+    if name not in _METHODS:
+      raise ValueError(f"unknown conformal method {name!r}; valid names: {list(_METHODS)}")
+  if any(name != "thr" for name in names) and not all(
+      _METHODS[name].get("randomized", False) for name in names if name != "thr"):
+    raise ValueError("method_scores draws one set of uniforms for the sorting methods")
+  key = _randomized_key(any(name != "thr" for name in names), key,
+                        "fit" if calibration else "the predictor call")
+  methods = tuple((name, float(_METHODS[name].get("lam", 0.0)),
+                   int(_METHODS[name].get("k_reg", 0))) for name in names)
+  x, labels = _check_inputs(x, labels, None, "logits")
+  if uniforms is not None:
+    uniforms = jnp.asarray(uniforms, jnp.float32).reshape(x.shape[0])
+  return dict(zip(names, _method_scores(x, key, labels, uniforms, methods=methods,
+                                        from_logits=from_logits)))
+
+
+def threshold(label_scores: jax.Array, labels: jax.Array, num_classes: int, alpha: float,
+              conditional: Optional[str] = None) -> jax.Array:
+  """`q̂` of calibration scores `[N]` (each sample's label's score) as `fit` computes it: a
+  scalar, or `[C]` with `conditional="class"`. Jit-able (`alpha` a Python float)."""
+  ranks = scores_lib.quantile_ranks(label_scores.shape[0], float(alpha))
+  if conditional == "class":
+    return scores_lib.class_quantiles_from_ranks(label_scores, labels, num_classes, ranks)
+  return scores_lib.quantile_from_ranks(label_scores, ranks)
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["qhat"],

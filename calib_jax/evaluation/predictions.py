@@ -11,8 +11,8 @@ The validation split fits; the test split is reported:
   `aece`, `smooth_ece`, `rms_ece`, `nll`, `brier` and `aurc` (of the calibrated maximum
   probability), and 95 % bootstrap percentile intervals of `ece`, `smooth_ece` and `aurc`
   (`metrics.bootstrap`, `bootstrap_samples` resamples; `{value, lower, upper, std}`);
-  `conformal`: split-conformal THR, APS and SAPS sets (`conformal.fit` on val, APS and SAPS
-  randomised, the library's default), each also class-conditional (Mondrian, `<name>-class`),
+  `conformal`: split-conformal THR, APS, RAPS and SAPS sets (`conformal.fit` on val with the
+  library's defaults: APS, RAPS and SAPS randomised, RAPS with λ = 0.01, k_reg = 5), each also class-conditional (Mondrian, `<name>-class`),
   at each `alpha` (keys `thr@0.1`, `thr-class@0.1`, ...), with their test `coverage`,
   `mean_set_size` and `worst_class_coverage` (the lowest coverage of a class);
 * `skipped` (only when something was): a calibrator that refused to fit on this few
@@ -45,10 +45,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from calib_jax import conformal, metrics, posthoc
-from calib_jax.evaluation import ensembles
+from calib_jax.evaluation import conformal_sets, ensembles
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
-CONFORMAL_SETS = ("thr", "aps", "saps")  # each marginal and class-conditional ("-class")
+CONFORMAL_SETS = conformal_sets.CONFORMAL_SETS
 REQUIRED = ("val_logits", "val_labels", "test_logits", "test_labels")
 OPTIONAL = ("ood_logits",)
 INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
@@ -149,47 +149,6 @@ def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int, key: ja
           for name, key_ in zip(INTERVAL_KEYS, keys)}
 
 
-def _conformal_keys(alphas: tuple, class_alphas: tuple) -> list[tuple[str, str, Any, float]]:
-  """`(key, method, conditional, alpha)` of every reported set, in the report's order."""
-  return [(f"{name}{'-class' if conditional else ''}@{alpha:g}", name, conditional, alpha)
-          for name in CONFORMAL_SETS
-          for conditional, levels in ((None, alphas), ("class", class_alphas))
-          for alpha in levels]
-
-
-@functools.partial(jax.jit, static_argnames=("alphas", "class_alphas"))
-def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tuple,
-                    class_alphas: tuple) -> dict[str, jax.Array]:
-  """`[coverage, mean set size, worst class's coverage]` of every set: one compiled program per
-  report, shared by the calibrators. Each method scores each split once: the fits' identical
-  validation scoring is merged by XLA, and the test scores (the predictor call's, same key) are
-  compared with every fit's threshold."""
-  out, fits = {}, {}
-  for key, name, conditional, alpha in _conformal_keys(alphas, class_alphas):
-    fits.setdefault(name, []).append((key, conformal.fit(
-        name, val_probs, val_labels, alpha, conditional=conditional, from_logits=False)))
-  for name, predictors in fits.items():
-    test_scores = predictors[0][1].scores(test_probs)
-    for key, predictor in predictors:
-      sets = test_scores <= predictor.qhat
-      out[key] = jnp.stack([conformal.coverage(sets, test_labels), conformal.mean_set_size(sets),
-                            conformal.class_conditional_coverage(sets, test_labels).worst])
-  return out
-
-
-def _conformal(val_probs, val_labels, test_probs, test_labels, alphas: Sequence[float],
-               class_alphas: Sequence[float]) -> dict[str, dict[str, float]]:
-  alphas, class_alphas = tuple(alphas), tuple(class_alphas)
-  stats = jax.device_get(_conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas,
-                                         class_alphas))
-  out = {}
-  for key, _, _, alpha in _conformal_keys(alphas, class_alphas):
-    coverage, size, worst = (float(v) for v in stats[key])
-    out[key] = {"alpha": float(alpha), "coverage": coverage, "mean_set_size": size,
-                "worst_class_coverage": worst}
-  return out
-
-
 def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
   """The scores of `failure` and `ood` (higher = more confident / more in-distribution).
   Each is computed on its own, not fused into one program: scores with many near-ties
@@ -272,6 +231,8 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
   report, fitted, key = {}, {}, jax.random.key(seed)
   for name in ("raw",) + tuple(calibrators):
     if name == "raw":
+      # Op by op (not one jitted program: that rounds differently, and these are the
+      # reported raw numbers).
       val_p, test_p = jax.nn.softmax(val_x, -1), jax.nn.softmax(test_x, -1)
     else:
       try:
@@ -283,8 +244,8 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
       val_p, test_p = calibrator(val_x), calibrator(test_x)
     values, confidence, correct = _test_metrics(test_p, test_y, num_bins)
     report[name] = {"test": {k: float(v) for k, v in jax.device_get(values).items()},
-                    "conformal": _conformal(val_p, val_y, test_p, test_y, alphas,
-                                            class_alphas)}
+                    "conformal": conformal_sets.conformal_report(val_p, val_y, test_p, test_y,
+                                                                 alphas, class_alphas)}
     del val_p, test_p
     if bootstrap_samples:
       report[name]["test"]["intervals"] = _intervals(confidence, correct, num_bins, key,
@@ -320,32 +281,13 @@ def format_table(results: dict[str, Any]) -> str:
     lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<22}"
                  f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
   lines += [f"{name:<14}skipped: {why}" for name, why in results.get("skipped", {}).items()]
-  lines += _conformal_lines(results)
+  lines += conformal_sets.format_lines(results)
   for part, title in (("failure", "wrong predictions"), ("ood", "OOD vs test")):
     if part in results:
       lines += ["", f"{title:<20}{'AUROC':>8}{'AUPR':>8}{'FPR95':>8}"]
       lines += [f"{name:<20}{d['auroc']:>8.4f}{d['aupr']:>8.4f}{d['fpr_at_95_tpr']:>8.4f}"
                 for name, d in results[part].items()]
   return "\n".join(lines + ensembles.format_lines(results))
-
-
-def _conformal_lines(results: dict[str, Any]) -> list[str]:
-  """The conformal table: a row per calibrator and set, `coverage  size  worst class` per α."""
-  entries = {name: entry["conformal"] for name, entry in results["calibrators"].items()}
-  keys = list(next(iter(entries.values())))
-  alphas = list(dict.fromkeys(key.rsplit("@", 1)[1] for key in keys))
-  sets = list(dict.fromkeys(key.rsplit("@", 1)[0] for key in keys))
-  lines = ["", f"{'conformal sets':<25}" + "".join(f"{'alpha=' + a:>21}" for a in alphas)]
-  for name, conformal_entry in entries.items():
-    for method in sets:
-      cells = []
-      for a in alphas:
-        c = conformal_entry.get(f"{method}@{a}")
-        cells.append(f"{'-':>21}" if c is None else f"{c['coverage']:>8.3f}"
-                     f"{c['mean_set_size']:>7.2f}{c['worst_class_coverage']:>6.2f}")
-      lines.append(f"{name:<14}{method:<11}" + "".join(cells))
-  lines.append("(coverage, mean set size, worst class's coverage; -class: a threshold per class)")
-  return lines
 
 
 PREDICTIONS_DIR = "eval_predictions"

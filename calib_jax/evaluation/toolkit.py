@@ -9,8 +9,9 @@ for any model's logits (`eval.py --predictions`):
 * every calibrator of `eval.calibrators` fitted on the fit split, with the report split's
   accuracy, ECE, AECE, smooth ECE, RMS ECE, NLL, Brier and AURC, and 95 % bootstrap intervals of
   ECE, smooth ECE and AURC (`eval.bootstrap_samples` resamples);
-* split-conformal THR and APS sets at each `eval.conformal_alphas`, before and after each
-  calibrator: coverage and mean set size;
+* split-conformal THR, APS, RAPS and SAPS sets, marginal and class-conditional, at each
+  `eval.conformal_alphas`, before and after each calibrator: coverage, mean set size and the
+  worst class's coverage;
 * failure detection (wrong predictions as positives) by MSP, max logit, entropy, energy and
   p-norm; and with `eval.ood` OOD detection of that set's samples among the report split
   (`DataRecipe.ood_stream`: the context-only images, a split, or another dataset).

@@ -64,10 +64,24 @@ def _lax_tie_errors(key: jax.Array, bit: jax.Array):
   return errors, ((t.first == idx) & valid)[::-1]
 
 
+def _by_rows(fn, key: np.ndarray, bit: np.ndarray, **kw):
+  """`fn(key, bit)` of 1-D rows, applied to every row of `[..., N]` arrays (a vmapped metric,
+  e.g. the bootstrap's resamples: one host call for the batch, not one per row)."""
+  key, bit = np.asarray(key), np.asarray(bit)  # host arrays: rows by numpy, not jax, slicing
+  if key.ndim == 1:
+    return fn(key, bit, **kw)
+  rows = [fn(k, b, **kw) for k, b in zip(key.reshape(-1, key.shape[-1]),
+                                          bit.reshape(-1, bit.shape[-1]))]
+  return tuple(np.stack(parts).reshape(key.shape[:-1] + parts[0].shape)
+               for parts in zip(*rows))
+
+
 def _callback_tie_errors(key: jax.Array, bit: jax.Array):
   shape = key.shape
   out = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct(shape, jnp.bool_))
-  return jax.pure_callback(_numpy_tie_errors, out, key, bit, vmap_method="sequential")
+  # Under vmap (all batched: "broadcast_all") the rows go to the host in one call.
+  return jax.pure_callback(functools.partial(_by_rows, _numpy_tie_errors), out, key, bit,
+                           vmap_method="broadcast_all")
 
 
 def tie_errors(key: jax.Array, bit: jax.Array):
@@ -137,8 +151,9 @@ def _lax_adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
 
 def _callback_adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
   out = (jax.ShapeDtypeStruct(key.shape[:-1] + (num_bins,), jnp.float32),) * 2
-  return jax.pure_callback(functools.partial(_numpy_adaptive_groups, num_bins=num_bins), out,
-                           key, bit, vmap_method="sequential")
+  return jax.pure_callback(functools.partial(_by_rows, _numpy_adaptive_groups,
+                                             num_bins=num_bins), out,
+                           key, bit, vmap_method="broadcast_all")
 
 
 def adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):

@@ -26,6 +26,10 @@ near the cost of drawing the indices:
   label 0 (right) or 1 (wrong) — the same value as the probabilities give.
 * On XLA:CPU the resamples run one at a time (`batch_size` 1): vmapped gathers and scatters
   run there several times slower than a loop over them.
+* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: their sort is a host
+  call on CPU (`_ranking`), whose fixed cost (~0.3 ms) outweighs the sort of so few samples,
+  so a chunk of resamples is ranked in one vmapped call and each is then reduced on its own
+  (`selective.ranked_reduction`), as the metric reduces: the same values, bit for bit.
 * The index of each draw is `floor(u·n / 2³²)` of one uniform 32-bit word `u` (the product's
   high word, in exact uint32 arithmetic) instead of `jax.random.randint`'s two words and
   modulo, about 2x fewer random bits. An index then has probability `(1 ± ε)/n` with
@@ -40,8 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from calib_jax import arrays as arrays_lib
 from calib_jax.metrics import calibration
 from calib_jax.metrics import calibration_l2
+from calib_jax.metrics import selective
 from calib_jax.metrics import smooth
 
 ArrayLike = jax.typing.ArrayLike
@@ -52,6 +58,8 @@ _TOP_LABEL_METRICS = (calibration.ece, calibration.mce, calibration.aece, calibr
                       smooth.smooth_ece)
 _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias < n/2³²)
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
+_RANKED_CHUNK_ELEMENTS = 1 << 21  # resampled samples ranked per host call (~8 MB a column)
+_RANKED_MAX_N = 1 << 14  # above, a host call's fixed cost is small beside its sort: one each
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):
@@ -139,8 +147,15 @@ def _take(array, idx):
   return jnp.take(array, idx, axis=0, mode="clip")
 
 
-@functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label"))
-def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label):
+def _ranked_chunk(num_samples: int, n: int) -> int:
+  """Resamples ranked per host call: the largest divisor of `num_samples` with at most
+  `_RANKED_CHUNK_ELEMENTS` resampled samples in all."""
+  limit = max(1, _RANKED_CHUNK_ELEMENTS // max(n, 1))
+  return max(d for d in range(1, min(num_samples, limit) + 1) if num_samples % d == 0)
+
+
+@functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked"))
+def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None):
   n = arrays[0].shape[0]
   flat_mask = mask is not None and mask.ndim == 1
   if flat_mask:
@@ -162,9 +177,28 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label):
       return metric(*(_take(a, idx) for a in arrays))
     return metric(*(_take(a, idx) for a in arrays), mask=_take(mask, idx))
 
+  if ranked is not None:
+    # AURC-type metrics: each chunk's resamples are ranked by one vmapped call (one host sort
+    # call on CPU, not one per resample), then each is reduced on its own, as the metric does
+    # (a vmapped reduction rounds differently).
+    def rank(key):
+      if flat_mask:
+        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
+        resampled, resampled_by = (_take(a, idx) for a in arrays), resampled_mask
+      else:
+        idx = _draw_indices(key, n, n)
+        resampled = (_take(a, idx) for a in arrays)
+        resampled_by = None if mask is None else _take(mask, idx)
+      scores, correct = resampled
+      return selective.rank_errors(scores, ~correct, resampled_by)
+
+    chunks = keys.reshape(-1, ranked)
+    return lax.map(lambda k: lax.map(selective.ranked_reduction(metric_fn), jax.vmap(rank)(k)),
+                   chunks).reshape(-1)
   # batch_size 1 maps `one` itself: lax.map would vmap it over a batch of 1, whose batched
   # gathers are the slow ones on XLA:CPU.
   return lax.map(one, keys, batch_size=None if batch_size == 1 else batch_size)
+
 
 
 def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
@@ -208,8 +242,14 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
   top_label = _is_top_label(metric_fn) and len(arrays) == 2
   if top_label:
     arrays = (_packed_top_label(*arrays),)  # after `value`: its checks see the given arrays
+  ranked = None
+  if (selective.ranked_reduction(metric_fn) is not None and batch_size is None
+      and len(arrays) == 2 and all(a.ndim == 1 for a in arrays)
+      and arrays[0].shape[0] <= _RANKED_MAX_N and (mask is None or mask.ndim == 1)):
+    arrays = arrays_lib.flatten_scores_correct(*arrays, None)[:2]  # the metric's own casts
+    ranked = _ranked_chunk(num_samples, arrays[0].shape[0])
   batch = batch_size or _batch_size(arrays, mask, num_samples)
-  samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label)
+  samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label, ranked)
   return _interval(samples, jnp.asarray(value, jnp.float32), confidence)
 
 

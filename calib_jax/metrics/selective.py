@@ -15,6 +15,7 @@ error counts as the group's mean error (the expectation over the orderings of th
 All are jit-able; errors and the tie bookkeeping are int32, risks float32.
 """
 import numbers
+from collections.abc import Callable
 from typing import NamedTuple, Optional
 
 import jax
@@ -125,17 +126,23 @@ def _aurc(scores, correct, mask):
   return _aurc_from_ranked(rank_errors(scores, ~correct, mask))
 
 
+def _eaurc_from_ranked(r: RankedErrors) -> jax.Array:
+  return _aurc_from_ranked(r) - optimal_aurc(r.num_errors, r.n, r.errors.shape[0])
+
+
+def _augrc_from_ranked(r: RankedErrors) -> jax.Array:
+  n = r.n.astype(jnp.float32)
+  return jnp.sum(r.errors) / (n * n)
+
+
 @jax.jit
 def _eaurc(scores, correct, mask):
-  r = rank_errors(scores, ~correct, mask)
-  return _aurc_from_ranked(r) - optimal_aurc(r.num_errors, r.n, scores.shape[0])
+  return _eaurc_from_ranked(rank_errors(scores, ~correct, mask))
 
 
 @jax.jit
 def _augrc(scores, correct, mask):
-  r = rank_errors(scores, ~correct, mask)
-  n = r.n.astype(jnp.float32)
-  return jnp.sum(r.errors) / (n * n)
+  return _augrc_from_ranked(rank_errors(scores, ~correct, mask))
 
 
 @jax.jit
@@ -248,3 +255,12 @@ def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[Arra
   scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _summary(scores, correct, mask, jnp.asarray(risks, jnp.float32),
                   jnp.asarray(coverages, jnp.float32))
+
+
+def ranked_reduction(metric_fn) -> Optional[Callable[[RankedErrors], jax.Array]]:
+  """For `aurc`, `eaurc` or `augrc`: the reduction it applies to `rank_errors(scores,
+  ~correct, mask)` (its value is `reduction(rank_errors(...))`, the same operations); None for
+  any other function. `metrics.bootstrap` ranks a chunk of resamples in one host call (the sort
+  is a callback on CPU) and reduces each resample as the metric does."""
+  return {aurc: _aurc_from_ranked, eaurc: _eaurc_from_ranked,
+          augrc: _augrc_from_ranked}.get(metric_fn)

@@ -253,25 +253,20 @@ def write_report(workdir: str, out_dir: str, readme: str = "") -> str:
            "table, grey images corrupted as 3 equal channels).", ""]
   done = [ROW_LABELS[r] for r in corr]
   lines += [f"Rows with results: {', '.join(done) if done else 'none yet'}.", ""]
-  figures = {}
-  if corr:
-    figures["boxes"] = plotting_shift.shift_boxplots(
-        {ROW_LABELS[r]: mean_member(m) for r, m in corr.items()},
-        os.path.join(out_dir, BOXES_FILE), metrics=("accuracy", "ece", "nll"),
-        title=_FIGURE_TITLE + " (CIFAR-10-C table)")
-    lines += [f"![accuracy, ECE and NLL against severity]({BOXES_FILE})", ""]
+  # Each kind: its figure (the rows' mean members) and a table per metric.
+  for runs, draw, figure, axis, table, title in (
+      (corr, plotting_shift.shift_boxplots, BOXES_FILE, "severity", severity_table,
+       "CIFAR-10-C table"),
+      (rot, plotting_shift.rotation_curves, ROTATION_FILE, "angle", angle_table,
+       "rotated test images")):
+    if not runs:
+      continue
+    draw({ROW_LABELS[r]: mean_member(m) for r, m in runs.items()}, os.path.join(out_dir, figure),
+         metrics=METRICS, title=f"{_FIGURE_TITLE} ({title})")
+    lines += [f"![accuracy, ECE and NLL against {axis}]({figure})", ""]
     for metric in METRICS:
-      lines += [f"## {metric.upper() if metric != 'accuracy' else 'Accuracy'} against severity",
-                ""] + severity_table(corr, metric) + [""]
-  if rot:
-    figures["rotation"] = plotting_shift.rotation_curves(
-        {ROW_LABELS[r]: mean_member(m) for r, m in rot.items()},
-        os.path.join(out_dir, ROTATION_FILE), metrics=("accuracy", "ece", "nll"),
-        title=_FIGURE_TITLE + " (rotated test images)")
-    lines += [f"![accuracy, ECE and NLL against angle]({ROTATION_FILE})", ""]
-    for metric in METRICS:
-      lines += [f"## {metric.upper() if metric != 'accuracy' else 'Accuracy'} against angle",
-                ""] + angle_table(rot, metric) + [""]
+      name = "Accuracy" if metric == "accuracy" else metric.upper()
+      lines += [f"## {name} against {axis}", ""] + table(runs, metric) + [""]
   lines += ["## The questions", ""] + _answer_lines(corr, rot) + [""]
   path = os.path.join(out_dir, REPORT_FILE)
   with open(path, "w") as f:

@@ -218,7 +218,9 @@ def build(config: ml_collections.ConfigDict, *,
     except (ValueError, TypeError) as e:
       problems.append(str(e) if str(e).startswith("unknown model") else
                       f"model {config.model!r}: {e}")
-  # The batch is split over the mesh's data axis (all devices but a sweep's member shards).
-  problems += problems_lib.config_problems(config, num_devices // member_shards, data_recipe)
+  # The batch is split over the mesh's data axis (all devices but a sweep's member shards). The
+  # sub-configs' problems are listed first, the registries' and the sweep's after them.
+  problems = problems_lib.config_problems(config, num_devices // member_shards,
+                                          data_recipe) + problems
   schema.raise_if_problems(problems)
   return Experiment(config, mesh, data_recipe, recipe, model, loss_fn, bind_loss)

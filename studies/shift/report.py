@@ -25,8 +25,8 @@ from studies.shift import config as study_config
 
 METRICS = ("accuracy", "ece", "nll")
 ROW_LABELS = {"ce": "CE", "ce_ts": "CE + TS", "ls": "LS", "focal": "FL", "lr": "LR",
-              "mbls": "MbLS", "acls": "ACLS", "ens_ce": "CE ensemble (5)",
-              "ens_mbls": "MbLS ensemble (5)", "ens_lr": "LR ensemble (5)"}
+              "mbls_m6": "MbLS", "acls": "ACLS", "ens_ce": "CE ensemble (5)",
+              "ens_mbls_m6": "MbLS ensemble (5)", "ens_lr": "LR ensemble (5)"}
 SEVERITIES = ("1", "2", "3", "4", "5")
 REPORT_FILE = "shift.md"
 BOXES_FILE = "shift_boxplots.png"
@@ -213,7 +213,7 @@ def _answer_lines(corr: Mapping[str, list[dict]], rot: Mapping[str, list[dict]])
     return out
 
   wheres = ("clean",) + SEVERITIES
-  losses = [r for r in ("ls", "focal", "lr", "mbls", "acls") if r in corr]
+  losses = [r for r in ("ls", "focal", "lr", "mbls_m6", "acls") if r in corr]
   lines += ["### 1. Does training-time calibration survive shift?", "",
             "ECE of each loss minus CE's, paired by seed (negative: better calibrated than CE):",
             ""]
@@ -233,7 +233,7 @@ def _answer_lines(corr: Mapping[str, list[dict]], rot: Mapping[str, list[dict]])
                                 for m in ("ece", "nll")], corr, SEVERITIES)
   lines += ["", "### 4. Is an ensemble of MbLS members better than one of CE members?", "",
             "MbLS ensemble minus CE ensemble, paired by corruption:", ""]
-  lines += table("difference", [("ens_mbls", "ens_ce", m) for m in ("accuracy", "ece", "nll")],
+  lines += table("difference", [("ens_mbls_m6", "ens_ce", m) for m in ("accuracy", "ece", "nll")],
                  corr, SEVERITIES)
   return lines
 

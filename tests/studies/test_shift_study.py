@@ -32,13 +32,13 @@ def _shift(kind, rng, offset=0.0):
 def test_report_from_results_in_the_eval_layout(tmp_path):
   rng = np.random.default_rng(0)
   out_dir = str(tmp_path)
-  for row in ("ce", "mbls"):
+  for row in ("ce", "mbls_m6"):
     for kind in ("rotate", "corruptions"):
       for member in range(len(study_config.SEEDS)):
         path = run.result_path(out_dir, row, kind, member)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
-          json.dump({"shift": _shift(kind, rng, 0.01 if row == "mbls" else 0.0)}, f)
+          json.dump({"shift": _shift(kind, rng, 0.01 if row == "mbls_m6" else 0.0)}, f)
       with open(run.result_path(out_dir, row, kind, None), "w") as f:
         json.dump({"shift": _shift(kind, rng, -0.01)}, f)
   path = report.write_report("unused", out_dir)
@@ -52,7 +52,7 @@ def test_report_from_results_in_the_eval_layout(tmp_path):
   mean, half = report.compare(runs["ce_ts"], runs["ce"], "corruptions", "ece", "5")
   assert mean < 0 and half >= 0
   # MbLS's made-up accuracy is 0.01 lower than CE's at every cell, paired by seed.
-  mean, half = report.compare(runs["mbls"], runs["ce"], "corruptions", "accuracy", "3")
+  mean, half = report.compare(runs["mbls_m6"], runs["ce"], "corruptions", "accuracy", "3")
   assert mean == pytest.approx(-0.01) and half == pytest.approx(0.0, abs=1e-9)
   assert "| ECE: LS − CE |" not in text  # rows without results are left out, not invented
 

@@ -180,16 +180,22 @@ class ShiftReport:
 
   def _logits(self, variables: Any, name: str, severity: int):
     """The cell's member-stacked logits `[M, N, C]` (M = 1 for one model) and labels `[N]`."""
-    predict, key, param = self._cell_inputs(name, severity)
     logits, labels = [], []
-    for i, batch in enumerate(self._stream(name, severity)):
-      batch_key = jax.random.fold_in(key, i)
-      batch = self._host_shifted(batch, name, severity, batch_key)
-      out = validation.to_host(predict(variables, batch, batch_key, param))
+    for batch, out in self._predictions(variables, name, severity):
+      out = validation.to_host(out)
       valid = validation.to_host(batch["mask"]).astype(bool)
       logits.append((out if self.stacked else out[None])[:, valid])
       labels.append(validation.to_host(batch["label"])[valid])
     return np.concatenate(logits, axis=1), np.concatenate(labels).astype(np.int32)
+
+  def _predictions(self, variables: Any, name: str, severity: int):
+    """The cell's batches with the program's logits on them (on the device): each batch's key
+    folded from the cell's, host corruptions applied before the program."""
+    predict, key, param = self._cell_inputs(name, severity)
+    for i, batch in enumerate(self._stream(name, severity)):
+      batch_key = jax.random.fold_in(key, i)
+      batch = self._host_shifted(batch, name, severity, batch_key)
+      yield batch, predict(variables, batch, batch_key, param)
 
   def _host_shifted(self, batch: dict[str, jax.Array], name: str, severity: int,
                     key: jax.Array) -> dict[str, jax.Array]:
@@ -237,14 +243,10 @@ class ShiftReport:
                          temperature: float) -> dict[str, dict[str, float]]:
     """Per-pixel metrics of a cell from the streaming accumulators (the label maps as they
     are): before and after T."""
-    predict, key, param = self._cell_inputs(name, severity)
     meta, bins = self.experiment.meta, self.settings.num_bins
     acc = {m: validation.accumulators(meta, bins, classwise=False, histogram=True)
            for m in ("pre_temperature", "post_temperature")}
-    for i, batch in enumerate(self._stream(name, severity)):
-      batch_key = jax.random.fold_in(key, i)
-      batch = self._host_shifted(batch, name, severity, batch_key)
-      logits = predict(variables, batch, batch_key, param)
+    for batch, logits in self._predictions(variables, name, severity):
       if self.stacked:
         logits = ensemble.ensemble_log_probs(logits)
       for method, t in (("pre_temperature", 1.0), ("post_temperature", temperature)):

@@ -148,10 +148,6 @@ def shift_problems(eval_config: ml_collections.ConfigDict, meta: Any) -> list[st
   if table and table not in shift.table_names():
     problems.append(f"eval.shift_table={table!r}: unknown table; choose one of "
                     f"{', '.join(shift.table_names())} or '' (by the dataset)")
-  unknown = [c for c in eval_config.calibrators if c not in posthoc.calibrator_names()]
-  if unknown and not eval_config.toolkit:  # with the toolkit, `eval_problems` says so
-    problems.append(f"eval.calibrators: unknown calibrator {unknown[0]!r}; valid names: "
-                    f"{', '.join(posthoc.calibrator_names())}")
   return problems
 
 
@@ -278,7 +274,7 @@ def eval_problems(eval_config: ml_collections.ConfigDict) -> list[str]:
        f"eval.toolkit_max_samples must be an int > 0, got {e.toolkit_max_samples!r}"),
       (isinstance(e.ood, str), f"eval.ood must be a string, got {e.ood!r}"),
   ]
-  if e.toolkit:
+  if e.toolkit or e.shift:  # the two users of eval.calibrators
     unknown = [c for c in e.calibrators if c not in posthoc.calibrator_names()]
     if unknown:
       checks.append((False, f"eval.calibrators: unknown calibrator {unknown[0]!r}; valid "

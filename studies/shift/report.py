@@ -144,13 +144,19 @@ def _fmt(mean: float, half: float, digits: int = 3) -> str:
   return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
+def _cell(values: Sequence[float]) -> str:
+  """A table cell: the mean ± its interval over seeds, or the one model's value (an ensemble)."""
+  mean, half = interval(values)
+  return _fmt(mean, half if len(values) > 1 else float("nan"))
+
+
 def severity_table(runs: Mapping[str, list[dict]], metric: str) -> list[str]:
   """Markdown: one line per row, the metric on the clean test set and at each severity."""
   lines = ["| row | test | " + " | ".join(f"severity {s}" for s in SEVERITIES) + " |",
            "|---|" + "---:|" * (len(SEVERITIES) + 1)]
   for row, models in runs.items():
     per_model = [severity_values(m, metric) for m in models]
-    cells = [_fmt(*interval([v[w] for v in per_model])) for w in ("clean",) + SEVERITIES]
+    cells = [_cell([v[w] for v in per_model]) for w in ("clean",) + SEVERITIES]
     lines.append(f"| {ROW_LABELS[row]} | " + " | ".join(cells) + " |")
   return lines
 
@@ -238,9 +244,70 @@ def _answer_lines(corr: Mapping[str, list[dict]], rot: Mapping[str, list[dict]])
   return lines
 
 
+def _verdict(mean: float, half: float, lower_is_better: bool = True) -> str:
+  """Words for a difference A - B with its 95 % interval."""
+  if math.isnan(mean):
+    return "pending"
+  if math.isnan(half) or abs(mean) <= half:
+    return "no difference the intervals resolve"
+  better = (mean < 0) == lower_is_better
+  return "better" if better else "worse"
+
+
+def readme_block(loaded: Mapping[str, Mapping[str, Any]], report_link: str) -> str:
+  """The README's summary between `README_BEGIN` and `README_END`: each row's accuracy, ECE
+  and NLL on the clean test set and at severities 3 and 5 (mean over the corruptions, then over
+  the seeds), and the four questions' key differences at severity 5 with their intervals."""
+  corr = runs_of(loaded, "corruptions")
+  lines = [README_BEGIN, ""]
+  if not corr:
+    return "\n".join(lines + ["No row has finished its evaluation yet.", "", README_END])
+  wheres = ("clean", "3", "5")
+  lines += ["| row | " + " | ".join(f"{m} ({'test' if w == 'clean' else 'severity ' + w})"
+                                     for w in wheres for m in ("accuracy", "ECE", "NLL")) + " |",
+            "|---|" + "---:|" * (3 * len(wheres))]
+  for row, models in corr.items():
+    cells = []
+    for where in wheres:
+      for metric in METRICS:
+        cells.append(_cell([severity_values(m, metric)[where] for m in models]))
+    lines.append(f"| {ROW_LABELS[row]} | " + " | ".join(cells) + " |")
+  lines += ["", f"At severity 5 (differences A − B with 95 % intervals; details in "
+            f"[the report]({report_link})):", ""]
+  questions = [("Training-time calibration under shift: ECE, {a} − CE", "ece",
+                [(r, "ce") for r in ("ls", "focal", "lr", "mbls_m6", "acls")]),
+               ("Temperature scaling fitted on clean data: ECE, CE + TS − CE", "ece",
+                [("ce_ts", "ce")]),
+               ("Ensembles against the losses: ECE, CE ensemble − {b}", "ece",
+                [("ens_ce", r) for r in ("ce_ts", "ls", "focal", "lr", "mbls_m6", "acls")]),
+               ("MbLS ensemble − CE ensemble: NLL", "nll", [("ens_mbls_m6", "ens_ce")])]
+  for title, metric, pairs in questions:
+    for a, b in pairs:
+      if a not in corr or b not in corr:
+        continue
+      mean, half = compare(corr[a], corr[b], "corruptions", metric, "5")
+      label = title.format(a=ROW_LABELS[a], b=ROW_LABELS[b])
+      lines.append(f"- {label}: {_fmt(mean, half)} ({_verdict(mean, half)})")
+  rows = [ROW_LABELS[r] for r in corr]
+  lines += ["", f"Rows with results: {', '.join(rows)}.", "", README_END]
+  return "\n".join(lines)
+
+
+def update_readme(path: str, block: str) -> None:
+  """Replaces the text between the markers in `path` with `block`."""
+  with open(path) as f:
+    text = f.read()
+  if README_BEGIN not in text or README_END not in text:
+    raise SystemExit(f"{path}: no '{README_BEGIN}' ... '{README_END}' markers to write between.")
+  head, rest = text.split(README_BEGIN, 1)
+  with open(path, "w") as f:
+    f.write(head + block + rest.split(README_END, 1)[1])
+
+
 def write_report(workdir: str, out_dir: str, readme: str = "") -> str:
   """Writes `<out_dir>/shift.md` and its figures from the committed results
-  (`<out_dir>/shift/...`, `studies.shift.run`); returns the report's path."""
+  (`<out_dir>/shift/...`, `studies.shift.run`), and with `readme` the summary between that
+  file's markers; returns the report's path."""
   from calib_jax import plotting_shift  # pylint: disable=import-outside-toplevel
   from studies.shift import run  # pylint: disable=import-outside-toplevel
   del workdir  # the report reads the committed results only
@@ -271,4 +338,7 @@ def write_report(workdir: str, out_dir: str, readme: str = "") -> str:
   path = os.path.join(out_dir, REPORT_FILE)
   with open(path, "w") as f:
     f.write("\n".join(lines))
+  if readme:
+    link = os.path.relpath(path, os.path.dirname(os.path.abspath(readme)))
+    update_readme(readme, readme_block(loaded, link))
   return path

@@ -41,8 +41,17 @@ def test_report_from_results_in_the_eval_layout(tmp_path):
           json.dump({"shift": _shift(kind, rng, 0.01 if row == "mbls_m6" else 0.0)}, f)
       with open(run.result_path(out_dir, row, kind, None), "w") as f:
         json.dump({"shift": _shift(kind, rng, -0.01)}, f)
-  path = report.write_report("unused", out_dir)
+  readme = tmp_path / "README.md"
+  readme.write_text(f"# head\n{report.README_BEGIN}\nold\n{report.README_END}\ntail\n")
+  path = report.write_report("unused", out_dir, readme=str(readme))
   text = open(path).read()
+  block = readme.read_text()
+  assert block.startswith("# head\n") and block.endswith("tail\n") and "old" not in block
+  assert "| CE + TS | " in block and "| MbLS ensemble (5) | " in block
+  # The made-up CE + TS halves CE's ECE in every cell, so it is better by an interval off 0.
+  line = next(l for l in block.splitlines() if "CE + TS − CE" in l)
+  assert line.endswith("(better)") and "-0.0" in line, line
+  assert "(shift.md)" in block  # the report's path, relative to the README
   assert "Rows with results: CE, CE + TS, MbLS, CE ensemble (5), MbLS ensemble (5)." in text
   assert os.path.getsize(os.path.join(out_dir, report.BOXES_FILE)) > 10_000
   assert os.path.getsize(os.path.join(out_dir, report.ROTATION_FILE)) > 10_000
@@ -60,3 +69,11 @@ def test_report_from_results_in_the_eval_layout(tmp_path):
 def test_interval_is_the_t_interval_of_the_mean():
   mean, half = report.interval([1.0, 2.0, 3.0])
   assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / np.sqrt(3), rel=1e-5)
+
+
+def test_readme_without_markers_is_one_line_error(tmp_path):
+  readme = tmp_path / "README.md"
+  readme.write_text("no markers\n")
+  with pytest.raises(SystemExit, match="no '<!-- shift study: begin -->'"):
+    report.update_readme(str(readme), "block")
+  assert readme.read_text() == "no markers\n"  # nothing the user wrote is lost

@@ -33,7 +33,7 @@ BOXES_FILE = "shift_boxplots.png"
 ROTATION_FILE = "shift_rotation.png"
 README_BEGIN = "<!-- shift study: begin -->"
 README_END = "<!-- shift study: end -->"
-_FIGURE_TITLE = ("Fashion-MNIST MLP: each row's mean over 5 seeds, the ensembles of those seeds; "
+_FIGURE_TITLE = ("Fashion-MNIST MLP: each row's mean over 5 seeds, the ensembles of those seeds\n"
                  "CE + TS after temperature scaling, the others before")
 
 

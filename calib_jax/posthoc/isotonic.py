@@ -15,7 +15,7 @@ the exact PAV solution. Each round is O(N) vector work (block sums from integer 
 the rounds needed are few on calibration data (tens at N = 1e6) but O(N) in the worst case.
 Tied scores are pooled first, as scikit-learn does.
 
-PAV on the host: `pav_binary_host` sorts with numpy's stable argsort, pools the ties, and runs
+PAV on the host: `pav_binary_host` sorts with numpy's argsort, pools the ties, and runs
 SciPy's sequential PAV (`scipy.optimize.isotonic_regression`, O(N)) on the tie blocks' weighted
 means. PAV is sequential, so the host beats the device's log-N scans and XLA:CPU's argsort
 (3-5x faster than the jitted path at N = 1e5..1e6 on a CPU). `fit_isotonic[_ovr]` take it
@@ -105,7 +105,9 @@ def pav_binary_host(scores: ArrayLike, targets: ArrayLike,
     return scores, scores.copy(), 0
   top = scores[valid].max() if valid.any() else np.float32(-np.inf)
   scores = np.where(valid, scores, top)
-  order = np.argsort(scores, kind="stable")
+  # Any order within a tie will do: ties are pooled, so the fit is constant across each tie
+  # block. numpy's default (vectorised) sort is ~5x faster than its stable one at N = 1e6.
+  order = np.argsort(scores)
   xs = scores[order]
   counts_sorted = valid[order].astype(np.int64)
   hits_sorted = (np.asarray(targets, bool)[order] & valid[order]).astype(np.int64)

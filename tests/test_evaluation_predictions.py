@@ -121,6 +121,7 @@ def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   assert "temperature" in done.stdout and "OOD vs test" in done.stdout
   # The console carries the report alone: jax's backend probing is logged to the workdir.
   assert done.stderr == "", done.stderr[-2000:]
+  assert "Unable to initialize backend" not in done.stdout  # nor on stdout (issue 46)
   assert (tmp_path / "out" / "log.txt").exists()
   # A file of logits needs no data pipeline: TensorFlow is never imported.
   assert (tmp_path / "imported.txt").read_text() == "[]"

@@ -1,6 +1,6 @@
 """Isotonic regression calibration (Zadrozny & Elkan 2002, "Transforming classifier scores into
 accurate multiclass probability estimates", KDD), fitted by a pool-adjacent-violators algorithm
-that runs on device under `jit`.
+that runs on the host (numpy and SciPy) for concrete inputs and on device under `jit`.
 
 The fit finds the non-decreasing `g` minimising `Σ_i (g(s_i) − y_i)²` over held-out scores `s_i`
 and binary targets `y_i` (Ayer et al. 1955; Barlow et al. 1972). Between the fitted scores `g`
@@ -14,6 +14,13 @@ one), and the isotonic solution does not depend on the order of pooling, so the 
 the exact PAV solution. Each round is O(N) vector work (block sums from integer prefix sums);
 the rounds needed are few on calibration data (tens at N = 1e6) but O(N) in the worst case.
 Tied scores are pooled first, as scikit-learn does.
+
+PAV on the host: `pav_binary_host` sorts with numpy's argsort, pools the ties, and runs
+SciPy's sequential PAV (`scipy.optimize.isotonic_regression`, O(N)) on the tie blocks' weighted
+means. PAV is sequential, so the host beats the device's log-N scans and XLA:CPU's argsort
+(3-5x faster than the jitted path at N = 1e5..1e6 on a CPU). `fit_isotonic[_ovr]` take it
+whenever their inputs are concrete; traced inputs (a fit inside `jit`) take `pav_binary`. The
+two agree to float32 rounding (the host means are float64, rounded once).
 
 Two multi-class reductions:
 * top-label (`fit_isotonic`): `g` maps the top probability `c = max_k p_k` to
@@ -29,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+import scipy.optimize
 
 from calib_jax import arrays
 from calib_jax.posthoc import _fitting
@@ -83,6 +92,38 @@ def pav_binary(scores: jax.Array, targets: jax.Array, weights: jax.Array):
   return xs, _block_means(start, y_prefix, w_prefix), rounds
 
 
+def pav_binary_host(scores: ArrayLike, targets: ArrayLike,
+                    weights: ArrayLike) -> tuple[np.ndarray, np.ndarray, int]:
+  """`pav_binary` on the host: the same `(sorted_scores [N], fitted [N], rounds)`, float32.
+
+  `rounds` is 0: the sequential PAV pools in one pass. Zero-weight entries join the largest
+  valid score's tie block without moving its mean, as in `pav_binary`.
+  """
+  scores = np.asarray(scores, np.float32)
+  valid = np.asarray(weights) > 0
+  if scores.size == 0:
+    return scores, scores.copy(), 0
+  top = scores[valid].max() if valid.any() else np.float32(-np.inf)
+  scores = np.where(valid, scores, top)
+  # Any order within a tie will do: ties are pooled, so the fit is constant across each tie
+  # block. numpy's default (vectorised) sort is ~5x faster than its stable one at N = 1e6.
+  order = np.argsort(scores)
+  xs = scores[order]
+  counts_sorted = valid[order].astype(np.int64)
+  hits_sorted = (np.asarray(targets, bool)[order] & valid[order]).astype(np.int64)
+  start = np.concatenate([[True], xs[1:] != xs[:-1]])  # ties pooled first
+  starts = np.flatnonzero(start)
+  counts = np.add.reduceat(counts_sorted, starts)
+  hits = np.add.reduceat(hits_sorted, starts)
+  block_values = np.zeros(len(starts))  # a block with no valid entry (all masked) reads 0
+  has = counts > 0
+  if has.any():
+    block_values[has] = scipy.optimize.isotonic_regression(
+        hits[has] / counts[has], weights=counts[has].astype(np.float64)).x
+  fitted = np.repeat(block_values, np.diff(np.append(starts, len(xs)))).astype(np.float32)
+  return xs, fitted, 0
+
+
 def compress(scores: ArrayLike, fitted: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """The first and last point of each constant run of a fit (host-side, numpy).
 
@@ -128,17 +169,27 @@ def normalise_ovr(per_class: jax.Array) -> jax.Array:
 
 
 @jax.jit
-def _fit_top_label(logits, labels, weights):
+def _top_label_targets(logits, labels):
+  """The top softmax probability `[N]` and whether its class is the label `[N]`."""
   probs = jax.nn.softmax(logits, axis=-1)
-  correct = arrays.first_argmax(probs) == labels
-  return pav_binary(jnp.max(probs, axis=-1), correct, weights)
+  return jnp.max(probs, axis=-1), arrays.first_argmax(probs) == labels
+
+
+@jax.jit
+def _fit_top_label(logits, labels, weights):
+  return pav_binary(*_top_label_targets(logits, labels), weights)
+
+
+@jax.jit
+def _ovr_targets(logits, labels):
+  """Per class (rows): the probabilities `[C, N]` and whether the label is that class."""
+  probs = jax.nn.softmax(logits, axis=-1)
+  return probs.T, labels[None, :] == jnp.arange(logits.shape[1])[:, None]
 
 
 @jax.jit
 def _fit_ovr(logits, labels, weights):
-  probs = jax.nn.softmax(logits, axis=-1)
-  targets = labels[None, :] == jnp.arange(logits.shape[1])[:, None]
-  return jax.vmap(pav_binary, in_axes=(0, 0, None))(probs.T, targets, weights)
+  return jax.vmap(pav_binary, in_axes=(0, 0, None))(*_ovr_targets(logits, labels), weights)
 
 
 def fit_isotonic(logits: ArrayLike, labels: ArrayLike,
@@ -152,7 +203,11 @@ def fit_isotonic(logits: ArrayLike, labels: ArrayLike,
     `{"scores": [N], "fitted": [N], "rounds": int32}`: sorted held-out confidences and the
     calibrated confidence at each (pass them to `apply_isotonic`).
   """
-  xs, fitted, rounds = _fit_top_label(*_fitting.fit_inputs(logits, labels, mask))
+  logits, labels, weights = _fitting.fit_inputs(logits, labels, mask)
+  if arrays.is_concrete(logits, labels, weights):  # PAV is sequential: the host's (docstring)
+    xs, fitted, rounds = pav_binary_host(*_top_label_targets(logits, labels), weights)
+    return {"scores": jnp.asarray(xs), "fitted": jnp.asarray(fitted), "rounds": rounds}
+  xs, fitted, rounds = _fit_top_label(logits, labels, weights)
   return {"scores": xs, "fitted": fitted, "rounds": rounds}
 
 
@@ -163,5 +218,12 @@ def fit_isotonic_ovr(logits: ArrayLike, labels: ArrayLike,
   Returns:
     `{"scores": [C, N], "fitted": [C, N], "rounds": [C]}` (pass them to `apply_isotonic_ovr`).
   """
-  xs, fitted, rounds = _fit_ovr(*_fitting.fit_inputs(logits, labels, mask))
+  logits, labels, weights = _fitting.fit_inputs(logits, labels, mask)
+  if arrays.is_concrete(logits, labels, weights):
+    probs, targets = (np.asarray(a) for a in _ovr_targets(logits, labels))
+    weights = np.asarray(weights)
+    xs, fitted, rounds = zip(*(pav_binary_host(p, t, weights) for p, t in zip(probs, targets)))
+    return {"scores": jnp.asarray(np.stack(xs)), "fitted": jnp.asarray(np.stack(fitted)),
+            "rounds": np.asarray(rounds, np.int32)}
+  xs, fitted, rounds = _fit_ovr(logits, labels, weights)
   return {"scores": xs, "fitted": fitted, "rounds": rounds}

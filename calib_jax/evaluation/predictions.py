@@ -100,21 +100,29 @@ def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
-def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
-  """The test split's numbers of one calibrator's probabilities, one program (each calibrator
-  gives the same shapes, so it compiles once per report), and the per-sample top-label
-  confidence and correctness the bootstrap resamples."""
+def _cacheable_test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
+  """The test split's numbers that need no host sort, one program (each calibrator gives the
+  same shapes, so it compiles once per report), and the per-sample top-label confidence and
+  correctness that AURC and the bootstrap use. AECE and AURC stay out of it: their host sorts
+  (`pure_callback`) embed a per-process pointer, so a program holding them is never found in
+  the persistent compilation cache and would recompile this whole program in every process."""
   confidence, correct = metrics.confidence_and_correct(probs, labels)
   values = {
       "accuracy": metrics.accuracy(probs, labels),
       "ece": metrics.ece(probs, labels, num_bins),
-      "aece": metrics.aece(probs, labels, num_bins),
       "smooth_ece": metrics.smooth_ece(probs, labels),
       "rms_ece": metrics.rms_calibration_error(probs, labels, num_bins),
       "nll": metrics.nll(probs, labels),
       "brier": metrics.brier(probs, labels),
-      "aurc": metrics.aurc(confidence, correct),
   }
+  return values, confidence, correct
+
+
+def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
+  """`_cacheable_test_metrics`' numbers with `aece` and `aurc` added (their own small programs)."""
+  values, confidence, correct = _cacheable_test_metrics(probs, labels, num_bins)
+  values = {**values, "aece": metrics.aece(probs, labels, num_bins),
+            "aurc": metrics.aurc(confidence, correct)}
   return values, confidence, correct
 
 

@@ -6,6 +6,8 @@ JAX is first imported, hence here. Tests never touch the network
 """
 import logging
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -23,13 +25,35 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
-# The programs' persistent JAX compilation cache (calib_jax/cli/compilation_cache.py) stays off:
-# tests never write to the user's cache directory (a test that wants one names a tmp dir).
-os.environ["CALIB_JAX_COMPILATION_CACHE"] = "off"
+
+# One persistent JAX compilation cache for the whole `pytest` run: its tests, both xdist
+# workers and the programs they start (train.py, eval.py, the demo: `CALIB_JAX_COMPILATION_CACHE`
+# is how calib_jax/cli/compilation_cache.py finds it) compile the same small programs many times
+# over (every `tiny_config` run's steps, the evaluation's metrics), and a program compiled once
+# is then read from disk. It is a fresh temporary directory made by the first process of the
+# run (the xdist controller; the workers inherit its environment) and removed by it at the end,
+# so a run starts with an empty cache, as on a fresh clone, and never writes to the user's
+# cache directory. A test of the cache's own behaviour names its own directory.
+SESSION_CACHE = "CALIB_JAX_TESTS_JAX_CACHE"
+if not os.path.isdir(os.environ.get(SESSION_CACHE, "")):
+  os.environ[SESSION_CACHE] = tempfile.mkdtemp(prefix="calib_jax_tests_jax_cache_")
+  _CACHE_OWNER_PID = os.getpid()  # pytest_unconfigure removes it in this process only
+os.environ["CALIB_JAX_COMPILATION_CACHE"] = os.environ[SESSION_CACHE]
 
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+# As calib_jax.cli.compilation_cache.enable() sets it for the programs: every program is
+# cached, however fast it compiled.
+jax.config.update("jax_compilation_cache_dir", os.environ[SESSION_CACHE])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_unconfigure(config):
+  del config
+  if globals().get("_CACHE_OWNER_PID") == os.getpid():
+    shutil.rmtree(os.environ[SESSION_CACHE], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

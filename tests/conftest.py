@@ -4,6 +4,7 @@ Eight fake CPU devices let the data-parallel tests run on a laptop or CI; it mus
 JAX is first imported, hence here. Tests never touch the network
 (tests/test_data_download.py stands in for downloads).
 """
+import importlib.util
 import logging
 import os
 import shutil
@@ -44,10 +45,14 @@ import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 # As calib_jax.cli.compilation_cache.enable() sets it for the programs: every program is
-# cached, however fast it compiled.
-jax.config.update("jax_compilation_cache_dir", os.environ[SESSION_CACHE])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+# cached, however fast it compiled. Not with the TPU compiler installed (the dry-run tests, in
+# .venv-tpu): a program compiled for a TPU topology on a machine without one cannot be loaded
+# back from the cache (JAX warns "PjRtCompiler must be constructed with a Client"), and the dry
+# run itself never uses the cache.
+if importlib.util.find_spec("libtpu") is None:
+  jax.config.update("jax_compilation_cache_dir", os.environ[SESSION_CACHE])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 def pytest_unconfigure(config):

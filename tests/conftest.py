@@ -4,8 +4,11 @@ Eight fake CPU devices let the data-parallel tests run on a laptop or CI; it mus
 JAX is first imported, hence here. Tests never touch the network
 (tests/test_data_download.py stands in for downloads).
 """
+import importlib.util
 import logging
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -23,13 +26,39 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_backend_optimization_level=0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
-# The programs' persistent JAX compilation cache (calib_jax/cli/compilation_cache.py) stays off:
-# tests never write to the user's cache directory (a test that wants one names a tmp dir).
-os.environ["CALIB_JAX_COMPILATION_CACHE"] = "off"
+
+# One persistent JAX compilation cache for the whole `pytest` run: its tests, both xdist
+# workers and the programs they start (train.py, eval.py, the demo: `CALIB_JAX_COMPILATION_CACHE`
+# is how calib_jax/cli/compilation_cache.py finds it) compile the same small programs many times
+# over (every `tiny_config` run's steps, the evaluation's metrics), and a program compiled once
+# is then read from disk. It is a fresh temporary directory made by the first process of the
+# run (the xdist controller; the workers inherit its environment) and removed by it at the end,
+# so a run starts with an empty cache, as on a fresh clone, and never writes to the user's
+# cache directory. A test of the cache's own behaviour names its own directory.
+SESSION_CACHE = "CALIB_JAX_TESTS_JAX_CACHE"
+if not os.path.isdir(os.environ.get(SESSION_CACHE, "")):
+  os.environ[SESSION_CACHE] = tempfile.mkdtemp(prefix="calib_jax_tests_jax_cache_")
+  _CACHE_OWNER_PID = os.getpid()  # pytest_unconfigure removes it in this process only
+os.environ["CALIB_JAX_COMPILATION_CACHE"] = os.environ[SESSION_CACHE]
 
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+# As calib_jax.cli.compilation_cache.enable() sets it for the programs: every program is
+# cached, however fast it compiled. Not with the TPU compiler installed (the dry-run tests, in
+# .venv-tpu): a program compiled for a TPU topology on a machine without one cannot be loaded
+# back from the cache (JAX warns "PjRtCompiler must be constructed with a Client"), and the dry
+# run itself never uses the cache.
+if importlib.util.find_spec("libtpu") is None:
+  jax.config.update("jax_compilation_cache_dir", os.environ[SESSION_CACHE])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_unconfigure(config):
+  del config
+  if globals().get("_CACHE_OWNER_PID") == os.getpid():
+    shutil.rmtree(os.environ[SESSION_CACHE], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -50,11 +79,16 @@ def _absl_log_stream():
 # training and evaluation, programs in their own processes, the docs' blocks), so they start
 # first, each module's tests kept together in their order (their module fixtures are built
 # once); the quick tests come last, where stealing evens the two workers out instead of one
-# long test keeping one worker busy while the other waits. Longest first.
-SLOW_MODULES = ("test_run_multihost", "test_cli_installed", "test_docs", "test_cli_console",
-                "test_run_faults", "test_demo", "test_evaluation_maps", "test_evaluation_run",
-                "test_evaluation_predictions", "test_evaluation_toolkit", "test_sweep",
-                "test_cli_train", "test_models_torch_weights")
+# long test keeping one worker busy while the other waits. Longest first (the modules' summed
+# `--durations` of a whole run, 2026-11-27: a long module left out of this list, such as
+# test_evaluation_shift's, ran among the quick tests, at the end).
+SLOW_MODULES = ("test_run_multihost", "test_sweep", "test_cli_console", "test_docs",
+                "test_evaluation_predictions", "test_run_faults", "test_evaluation_shift",
+                "test_evaluation_toolkit", "test_cli_installed", "test_demo", "test_explain",
+                "test_models", "test_dry_run_measure", "test_evaluation_run",
+                "test_models_torch_weights", "test_losses", "test_run_loop", "test_shift",
+                "test_models_torch_import", "test_evaluation_maps", "test_cli_train",
+                "test_calibrators_report")
 
 
 def pytest_collection_modifyitems(items):

@@ -3,6 +3,7 @@
 tests/test_evaluation_predictions.py's eval.py run)."""
 import os
 
+import jax
 import pytest
 
 from calib_jax.cli import compilation_cache
@@ -25,4 +26,14 @@ def test_the_off_switch(value):
 
 
 def test_the_tests_never_write_to_the_users_cache():
-  assert compilation_cache.cache_dir() is None  # tests/conftest.py switches it off
+  # tests/conftest.py points the programs at the test run's own temporary cache directory.
+  path = compilation_cache.cache_dir()
+  assert path == os.environ["CALIB_JAX_TESTS_JAX_CACHE"], path
+  assert not path.startswith(compilation_cache.cache_dir({})), path
+
+
+def test_a_cache_directory_given_to_jax_is_kept(tmp_path, monkeypatch):
+  """`enable()` keeps a directory the user gave JAX (tests/conftest.py gives JAX the run's)."""
+  monkeypatch.setitem(os.environ, compilation_cache.ENV, str(tmp_path / "ours"))
+  assert compilation_cache.enable() == jax.config.jax_compilation_cache_dir
+  assert not (tmp_path / "ours").exists()

@@ -31,8 +31,9 @@ def _env(cache_dir):
   env = {k: v for k, v in os.environ.items()
          if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}  # As a user's shell has them.
   env["PYTHONPATH"] = ROOT
-  # The programs' persistent compilation cache, on as it is for a user (tests/conftest.py turns
-  # it off), in this module's own folder: the second eval.py finds the first one's programs.
+  # The programs' persistent compilation cache, on as it is for a user, in this module's own
+  # folder (not the test run's, tests/conftest.py): the second eval.py finds the first one's
+  # programs, compiled at XLA's default optimisation level as a user's are.
   env[compilation_cache.ENV] = str(cache_dir)
   return env
 

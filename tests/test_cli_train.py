@@ -18,7 +18,7 @@ from calib_jax.cli import train as cli_train
 from calib_jax.config import variants
 from calib_jax.evaluation import report, run as evaluation
 from calib_jax.training import checkpoint
-from test_run_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+from test_run_loop import quick_rng_compilation  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,7 +4,7 @@ import os
 import textwrap
 
 from calib_jax import demo
-from test_run_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+from test_run_loop import quick_rng_compilation  # noqa: F401
 
 
 def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):

@@ -16,7 +16,7 @@ from calib_jax.evaluation import report, run as evaluation
 from calib_jax.evaluation import maps
 from calib_jax.training import step as step_lib
 from test_evaluation_run import TINY_CLUTTER, clutter_config, tiny_fcn  # noqa: F401
-from test_run_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+from test_run_loop import quick_rng_compilation  # noqa: F401
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

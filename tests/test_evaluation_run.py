@@ -13,7 +13,7 @@ import pytest
 from calib_jax import data, metrics, models
 from calib_jax.run import loop
 from calib_jax.evaluation import report, run as evaluation
-from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 
 class TinyFCN(nn.Module):

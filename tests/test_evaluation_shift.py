@@ -21,7 +21,7 @@ from calib_jax.evaluation import shift_progress
 from calib_jax.run import loop
 from calib_jax.training import parallel
 from test_evaluation_run import TINY_CLUTTER, tiny_fcn  # noqa: F401
-from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 SPEC = "gaussian_noise,jpeg_compression:1,2"  # jpeg: on the host, 8 devices
 CELLS = ["clean"] + [f"{n}/{s}" for n in ("gaussian_noise", "jpeg_compression")

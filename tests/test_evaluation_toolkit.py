@@ -12,7 +12,7 @@ from calib_jax.config import ConfigError
 from calib_jax.evaluation import predictions, run as evaluation
 from calib_jax.run import loop
 from test_evaluation_run import clutter_config
-from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 
 def _quick(config, **eval_fields):

@@ -21,7 +21,7 @@ from calib_jax.experiment import weights
 from calib_jax.models import torch_import
 from calib_jax.run import loop
 from test_cli_train import ROOT, eval_program, parse  # noqa: F401
-from test_run_loop import compilation_cache, quick_rng_compilation  # noqa: F401
+from test_run_loop import quick_rng_compilation  # noqa: F401
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "torch_reference_logits.npz")
 

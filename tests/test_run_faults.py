@@ -26,7 +26,7 @@ from calib_jax.training import reporting
 from calib_jax import config as config_lib
 from calib_jax.config import variants
 from test_cli_console import TINY
-from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

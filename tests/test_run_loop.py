@@ -18,24 +18,6 @@ from calib_jax.config import variants
 
 
 @pytest.fixture(autouse=True, scope="module")
-def compilation_cache(tmp_path_factory):
-  """Reuses compiled programs across runs (each run re-jits the same step); the cache lives in
-  the session's temporary directory, so the training and eval test modules share it."""
-  previous = (jax.config.jax_compilation_cache_dir,
-              jax.config.jax_persistent_cache_min_compile_time_secs,
-              jax.config.jax_persistent_cache_min_entry_size_bytes)
-  cache_dir = tmp_path_factory.getbasetemp() / "jax_compilation_cache"
-  cache_dir.mkdir(exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", str(cache_dir))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  yield
-  jax.config.update("jax_compilation_cache_dir", previous[0])
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", previous[2])
-
-
-@pytest.fixture(autouse=True, scope="module")
 def quick_rng_compilation():
   """Non-partitionable threefry: XLA:CPU compiles the partitionable variant's random-number
   kernels ~5x slower (seconds per model init). Only the random values differ, and these tests

@@ -20,7 +20,7 @@ from calib_jax.evaluation import validation
 from calib_jax.training import checkpoint, parallel, reporting
 from calib_jax.run import loop
 from calib_jax.sweep import summary
-from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "fixtures", "multihost_worker.py")

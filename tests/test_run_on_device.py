@@ -15,7 +15,7 @@ from calib_jax import data, experiment
 from calib_jax.data import resident
 from calib_jax.training import parallel, reporting
 from calib_jax.run import loop, single
-from test_run_loop import (_assert_same_state, compilation_cache,  # noqa: F401
+from test_run_loop import (_assert_same_state,  # noqa: F401
                              quick_rng_compilation, tiny_config)
 
 ON = {"data.on_device": True}

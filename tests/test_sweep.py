@@ -16,7 +16,7 @@ from calib_jax.evaluation import run as evaluation
 from calib_jax.training import checkpoint, reporting
 from calib_jax.run import loop
 
-from test_run_loop import compilation_cache, quick_rng_compilation, tiny_config  # noqa: F401
+from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from studies.lr_table1 import config as study_config
+from studies.readme import write_between_markers
 from studies.lr_table1.claims import verdict_table
 from studies.lr_table1.summaries import (DISPLAY, GRID_LOSSES, PAPER, SPLIT_CHECKS, final_rows,
                                          fmt_mean_std, load_summary, mean_std, row_label, rows,
@@ -187,14 +188,7 @@ def readme_block(out_dir: str, seeds: list[int]) -> str:
 
 def update_readme(path: str, out_dir: str, seeds: list[int]) -> None:
   """Replaces the text between the markers in ``path`` with `readme_block`."""
-  with open(path) as f:
-    text = f.read()
-  if README_BEGIN not in text or README_END not in text:
-    raise SystemExit(f"{path}: no '{README_BEGIN}' ... '{README_END}' markers to write between.")
-  head, rest = text.split(README_BEGIN, 1)
-  tail = rest.split(README_END, 1)[1]
-  with open(path, "w") as f:
-    f.write(head + readme_block(out_dir, seeds) + tail)
+  write_between_markers(path, README_BEGIN, README_END, readme_block(out_dir, seeds))
 
 
 def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from scipy import stats
 
+from studies.readme import write_between_markers
 from studies.shift import config as study_config
 
 METRICS = ("accuracy", "ece", "nll")
@@ -295,13 +296,7 @@ def readme_block(loaded: Mapping[str, Mapping[str, Any]], report_link: str) -> s
 
 def update_readme(path: str, block: str) -> None:
   """Replaces the text between the markers in `path` with `block`."""
-  with open(path) as f:
-    text = f.read()
-  if README_BEGIN not in text or README_END not in text:
-    raise SystemExit(f"{path}: no '{README_BEGIN}' ... '{README_END}' markers to write between.")
-  head, rest = text.split(README_BEGIN, 1)
-  with open(path, "w") as f:
-    f.write(head + block + rest.split(README_END, 1)[1])
+  write_between_markers(path, README_BEGIN, README_END, block)
 
 
 def write_report(workdir: str, out_dir: str, readme: str = "") -> str:

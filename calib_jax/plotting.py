@@ -11,14 +11,13 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 
 from calib_jax import metrics  # noqa: E402
+from calib_jax.plotting_data import reliability_summary  # noqa: E402
 
 
-def _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins: int, title: str,
-                      mask=None) -> float:
-  bins = metrics.reliability_bins(probs, labels, num_bins, mask)
-  counts = np.asarray(bins.counts)
-  conf, acc = np.asarray(bins.confidence), np.asarray(bins.accuracy)
-  ece = float(metrics.ece(probs, labels, num_bins, mask))
+def _draw_reliability(ax_bars, ax_hist, summary: Mapping, title: str) -> float:
+  """Draws one `plotting_data.reliability_summary`; returns its ECE."""
+  num_bins, counts = summary["num_bins"], summary["counts"]
+  conf, acc, ece = summary["confidence"], summary["accuracy"], summary["ece"]
   edges = np.linspace(0.0, 1.0, num_bins + 1)
   centers, width = (edges[:-1] + edges[1:]) / 2, 1.0 / num_bins
   filled = counts > 0
@@ -36,8 +35,7 @@ def _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins: int, title: str
   ax_bars.legend(loc="upper left", fontsize="small")
   total = max(int(counts.sum()), 1)
   ax_hist.bar(centers, counts / total, width=width, color="tab:gray", edgecolor="black")
-  mean_conf = float(metrics.average_confidence(probs, labels, mask))
-  mean_acc = float(metrics.accuracy(probs, labels, mask))
+  mean_conf, mean_acc = summary["average_confidence"], summary["accuracy_mean"]
   ax_hist.axvline(mean_conf, color="tab:red", linestyle="--", label="avg confidence")
   ax_hist.axvline(mean_acc, color="tab:blue", linestyle=":", label="accuracy")
   ax_hist.set_xlim(0, 1)
@@ -71,7 +69,8 @@ def reliability_diagram(probs, labels, path: str, num_bins: int = 15,
   """
   fig, (ax_bars, ax_hist) = plt.subplots(
       2, 1, figsize=(5, 6), gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
-  _draw_reliability(ax_bars, ax_hist, probs, labels, num_bins, title or "", mask)
+  _draw_reliability(ax_bars, ax_hist, reliability_summary(probs, labels, num_bins, mask),
+                    title or "")
   fig.tight_layout()
   return save_png(fig, path)
 
@@ -81,11 +80,22 @@ def reliability_diagrams(models: Mapping[str, Tuple[object, object]], path: str,
   """Side-by-side reliability diagrams, one column per model: `{name: (probs, labels)}`."""
   if not models:
     raise ValueError("models must contain at least one (probs, labels) entry.")
-  cols = len(models)
+  return draw_reliability_diagrams(
+      {name: reliability_summary(probs, labels, num_bins) for name, (probs, labels)
+       in models.items()}, path, title)
+
+
+def draw_reliability_diagrams(summaries: Mapping[str, Mapping], path: str,
+                              title: Optional[str] = None) -> str:
+  """`reliability_diagrams` of numbers taken already: `{name: plotting_data.reliability_summary
+  (...)}` (only drawing here: no device program runs)."""
+  if not summaries:
+    raise ValueError("summaries must contain at least one reliability_summary.")
+  cols = len(summaries)
   fig, axes = plt.subplots(2, cols, figsize=(4.5 * cols, 6), squeeze=False,
                            gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
-  for col, (name, (probs, labels)) in enumerate(models.items()):
-    _draw_reliability(axes[0, col], axes[1, col], probs, labels, num_bins, name)
+  for col, (name, summary) in enumerate(summaries.items()):
+    _draw_reliability(axes[0, col], axes[1, col], summary, name)
   if title:  # wrapped to the figure's width: one column is narrower than a long title
     fig.suptitle(textwrap.fill(title, width=int(11 * 4.5 * cols)))
   fig.tight_layout()
@@ -151,6 +161,12 @@ def smooth_reliability_diagram(probs, labels, path: str, title: Optional[str] = 
   """
   curve = metrics.smooth_calibration_curve(probs, labels, mask=mask, bandwidth=bandwidth,
                                            num_points=num_points)
+  return draw_smooth_reliability(curve, path, title)
+
+
+def draw_smooth_reliability(curve: Mapping, path: str, title: Optional[str] = None) -> str:
+  """`smooth_reliability_diagram` of a curve taken already (`metrics.smooth_calibration_curve`'s
+  dict; only drawing here: no device program runs)."""
   t, accuracy, density = curve["t"], curve["accuracy"], curve["density"]
   # Where almost no confidence falls the smoothed accuracy is a ratio of two near-zero sums
   # (a noise spike, not data): not drawn, as relplot's density-scaled line leaves it out.

@@ -175,12 +175,10 @@ def _evaluate_predictions(path: str, workdir: str) -> None:
   try:
     arrays = predictions.load_npz(os.path.abspath(os.path.expanduser(path)))
     options = {} if _BOOTSTRAP.value is None else {"bootstrap_samples": _BOOTSTRAP.value}
-    results, fitted = predictions.fit_and_evaluate(**{
-        k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL}, **options)
+    results, files = predictions.evaluate_and_write(
+        os.path.join(workdir, predictions.PREDICTIONS_DIR), arrays, **options)
   except predictions.PredictionsError as e:
     sys.exit(f"eval.py: {e}")
-  files = predictions.write_report(os.path.join(workdir, predictions.PREDICTIONS_DIR), arrays,
-                                   results, fitted)
   print(predictions.format_table(results))
   print(f"\nwritten: {', '.join(files.values())}")
 

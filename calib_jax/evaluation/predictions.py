@@ -38,65 +38,20 @@ import functools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax import conformal, metrics, posthoc
+from calib_jax import conformal, metrics, plotting_data, posthoc
 from calib_jax.evaluation import conformal_sets, ensembles
+from calib_jax.evaluation.predictions_input import (  # noqa: F401  (this module's API too)
+    OPTIONAL, REQUIRED, PredictionsError, check_predictions, load_npz)
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
 CONFORMAL_SETS = conformal_sets.CONFORMAL_SETS
-REQUIRED = ("val_logits", "val_labels", "test_logits", "test_labels")
-OPTIONAL = ("ood_logits",)
 INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
-
-
-class PredictionsError(ValueError):
-  """Arrays that cannot be evaluated; the message is one line naming the array."""
-
-
-def check_predictions(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
-  """The arrays of `REQUIRED` (and `ood_logits` if given) as numpy, checked: logits `[N, C]`
-  finite floats with the same C, labels `[N]` integers in [0, C) matching their logits."""
-  missing = [k for k in REQUIRED if arrays.get(k) is None]
-  if missing:
-    raise PredictionsError(f"predictions: missing array {missing[0]!r} (needed: "
-                           f"{', '.join(REQUIRED)}; optional: {', '.join(OPTIONAL)})")
-  out = ensembles.member_arrays(arrays, REQUIRED + OPTIONAL, PredictionsError)  # [M, N, C] too
-  num_classes = None
-  for name in ("val_logits", "test_logits", "ood_logits"):
-    if name not in out:
-      continue
-    logits = out[name]
-    if logits.ndim not in (2, 3) or not np.issubdtype(logits.dtype, np.floating):
-      raise PredictionsError(f"predictions: {name} must be a float array [N, C] or [M, N, C], got "
-                             f"{logits.dtype} {list(logits.shape)}")
-    if num_classes is None:
-      num_classes = logits.shape[-1]
-    if logits.shape[-1] != num_classes or num_classes < 2:
-      raise PredictionsError(f"predictions: {name} has {logits.shape[-1]} classes, val_logits "
-                             f"{num_classes} (all logits need the same C >= 2)")
-    if logits.shape[-2] < 1:
-      raise PredictionsError(f"predictions: {name} has no samples")
-    bad = int(np.sum(~np.isfinite(logits)))
-    if bad:
-      raise PredictionsError(f"predictions: {name} has {bad} NaN or infinite value(s)")
-  for split in ("val", "test"):
-    logits, labels = out[f"{split}_logits"], out[f"{split}_labels"]
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-      raise PredictionsError(f"predictions: {split}_labels must be integers [N], got "
-                             f"{labels.dtype} {list(labels.shape)}")
-    if labels.shape[0] != logits.shape[-2]:
-      raise PredictionsError(f"predictions: {split}_labels has {labels.shape[0]} samples, "
-                             f"{split}_logits {logits.shape[-2]}")
-    outside = labels[(labels < 0) | (labels >= num_classes)]
-    if outside.size:
-      raise PredictionsError(f"predictions: {split}_labels holds {outside[0]}, outside [0, "
-                             f"{num_classes}) ({outside.size} such label(s))")
-  return out
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
@@ -147,13 +102,13 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
 
 
 def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int, key: jax.Array,
-               bootstrap_samples: int) -> dict[str, dict[str, float]]:
+               bootstrap_samples: int) -> dict[str, dict[str, jax.Array]]:
   """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
-  correctness `[N]` (the same resamples for every calibrator: one key)."""
+  correctness `[N]` (the same resamples for every calibrator: one key), still on the device
+  (dispatched, not awaited: `_fetched` takes them)."""
   keys = jax.random.split(key, len(INTERVAL_KEYS))
-  return {name: {stat: float(v) for stat, v in jax.device_get(metrics.bootstrap(
-              _interval_metric(name, num_bins), confidence, correct,
-              num_samples=bootstrap_samples, key=key_)).items()}
+  return {name: metrics.bootstrap(_interval_metric(name, num_bins), confidence, correct,
+                                  num_samples=bootstrap_samples, key=key_)
           for name, key_ in zip(INTERVAL_KEYS, keys)}
 
 
@@ -167,11 +122,45 @@ def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax
                     else posthoc.max_logit_pnorm(logits, pnorm_p))}
 
 
-def _detection(scores: dict[str, jax.Array], positives: jax.Array) -> dict[str, dict[str, float]]:
-  return {name: {"auroc": float(metrics.auroc(s, positives)),
-                 "aupr": float(metrics.aupr(s, positives)),
-                 "fpr_at_95_tpr": float(metrics.fpr_at_tpr(s, positives, 0.95))}
+def _detection(scores: dict[str, jax.Array], positives: jax.Array) -> dict[str, dict[str, Any]]:
+  """AUROC, AUPR and FPR at 95 % TPR of each score, dispatched (`_fetched` takes them)."""
+  return {name: {"auroc": metrics.auroc(s, positives), "aupr": metrics.aupr(s, positives),
+                 "fpr_at_95_tpr": metrics.fpr_at_tpr(s, positives, 0.95)}
           for name, s in scores.items()}
+
+
+def _fetched(tree: Any) -> Any:
+  """`tree` (dicts and lists) with its device values fetched in one `jax.device_get` and every
+  array scalar a Python float (float32 values widened exactly), dicts in their own order
+  (`jax.tree.map` would sort their keys: the console's rows follow this order)."""
+  pending = []
+
+  def mark(x):
+    if isinstance(x, dict):
+      return {k: mark(v) for k, v in x.items()}
+    if isinstance(x, list):
+      return [mark(v) for v in x]
+    if isinstance(x, jax.Array):
+      pending.append(x)
+      return _Fetch(len(pending) - 1)
+    return x
+
+  marked, values = mark(tree), None
+
+  def fill(x):
+    if isinstance(x, dict):
+      return {k: fill(v) for k, v in x.items()}
+    if isinstance(x, list):
+      return [fill(v) for v in x]
+    value = values[x.index] if isinstance(x, _Fetch) else x
+    return float(value) if isinstance(value, (np.ndarray, np.generic)) else value
+
+  values = jax.device_get(pending)
+  return fill(marked)
+
+
+class _Fetch(NamedTuple):
+  index: int  # a device value's place in `_fetched`'s one `device_get`
 
 
 def evaluate_predictions(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: Any,
@@ -209,6 +198,23 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
     PredictionsError: a missing array, a shape mismatch, NaN logits, labels out of range.
     ValueError: an unknown calibrator (with the valid names).
   """
+  pending, fitted, resampled = _dispatched(
+      val_logits, val_labels, test_logits, test_labels, ood_logits=ood_logits,
+      calibrators=calibrators, alphas=alphas, num_bins=num_bins,
+      bootstrap_samples=bootstrap_samples)
+  _add_intervals(pending, resampled, num_bins, bootstrap_samples, seed)
+  return _fetched(pending), fitted
+
+
+def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: Any, *,
+                ood_logits: Any, calibrators: Sequence[str], alphas: Sequence[float],
+                num_bins: int, bootstrap_samples: int
+                ) -> tuple[dict[str, Any], dict[str, posthoc.Calibrator],
+                                        dict[str, tuple[jax.Array, jax.Array]]]:
+  """`fit_and_evaluate`'s report without its intervals, its numbers still on the device
+  (dispatched, not awaited; only the conformal sets are awaited per calibrator, so one
+  calibrator's `[N, C]` probabilities at a time stay alive), the fitted calibrators, and each
+  calibrator's test `(confidence, correct)` for `_add_intervals`."""
   arrays, members = ensembles.split_members(check_predictions({  # an ensemble's: its log p̄
       "val_logits": val_logits, "val_labels": val_labels, "test_logits": test_logits,
       "test_labels": test_labels, "ood_logits": ood_logits}))
@@ -236,7 +242,7 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
       skipped[f"conformal-class@{alpha:g}"] = str(e)
   # One calibrator at a time: its [N, C] probabilities are dropped once its numbers are taken
   # (the bootstrap needs only each test sample's confidence and correctness).
-  report, fitted, key = {}, {}, jax.random.key(seed)
+  report, fitted, resampled = {}, {}, {}
   for name in ("raw",) + tuple(calibrators):
     if name == "raw":
       # Op by op (not one jitted program: that rounds differently, and these are the
@@ -251,13 +257,11 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
       fitted[name] = calibrator
       val_p, test_p = calibrator(val_x), calibrator(test_x)
     values, confidence, correct = _test_metrics(test_p, test_y, num_bins)
-    report[name] = {"test": {k: float(v) for k, v in jax.device_get(values).items()},
+    report[name] = {"test": dict(values),
                     "conformal": conformal_sets.conformal_report(val_p, val_y, test_p, test_y,
                                                                  alphas, class_alphas)}
     del val_p, test_p
-    if bootstrap_samples:
-      report[name]["test"]["intervals"] = _intervals(confidence, correct, num_bins, key,
-                                                     bootstrap_samples)
+    resampled[name] = (confidence, correct)
   pnorm_p = posthoc.select_pnorm(val_x, val_y)
   wrong = np.asarray(arrays["test_logits"]).argmax(-1) != arrays["test_labels"]
   results = {
@@ -273,7 +277,21 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
     is_ood = np.arange(both.shape[0]) >= test_x.shape[0]
     results["num_ood"] = int(arrays["ood_logits"].shape[0])
     results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
-  return ensembles.add_to_report(results, members, test_y, wrong, num_bins, _detection), fitted
+  results = ensembles.add_to_report(results, members, test_y, wrong, num_bins, _detection)
+  return results, fitted, resampled
+
+
+def _add_intervals(results: dict[str, Any], resampled: dict[str, tuple[jax.Array, jax.Array]],
+                   num_bins: int, bootstrap_samples: int, seed: int) -> None:
+  """Dispatches every calibrator's bootstrap intervals into `results` (`test.intervals`),
+  last: they are most of a small report's device time, and XLA:CPU runs a program dispatched
+  after them only once they are done, so whatever the host must wait for comes first."""
+  if not bootstrap_samples:
+    return
+  key = jax.random.key(seed)
+  for name, (confidence, correct) in resampled.items():
+    results["calibrators"][name]["test"]["intervals"] = _intervals(
+        confidence, correct, num_bins, key, bootstrap_samples)
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -301,41 +319,43 @@ def format_table(results: dict[str, Any]) -> str:
 PREDICTIONS_DIR = "eval_predictions"
 
 
-def load_npz(path: str) -> dict[str, np.ndarray]:
-  """The arrays of an `.npz` file of predictions (`PredictionsError`, one line, if unreadable)."""
-  try:
-    with np.load(path, allow_pickle=False) as archive:
-      return {name: archive[name] for name in archive.files}
-  except FileNotFoundError:
-    raise PredictionsError(f"predictions: no such file {path}") from None
-  except (OSError, ValueError) as e:
-    raise PredictionsError(f"predictions: {path} is not a readable .npz file ({e})") from None
-
-
 def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any], *,
                 reliability_file: str = "reliability.png",
                 calibrators: Mapping[str, posthoc.Calibrator] | None = None) -> dict[str, str]:
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
   ECE: from `calibrators`, `fit_and_evaluate`'s, or refitted on val) and
   `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
-  from calib_jax import plotting  # Deferred: matplotlib.
-  os.makedirs(out_dir, exist_ok=True)
+  return _draw(out_dir, _plot_numbers(arrays, results, calibrators), reliability_file)
+
+
+def _plot_numbers(arrays: Mapping[str, np.ndarray], results: dict[str, Any],
+                  calibrators: Mapping[str, posthoc.Calibrator] | None) -> dict[str, Any]:
+  """What `plot_report` draws, taken on the device (`results` may still be pending)."""
   test_x = jnp.asarray(ensembles.one_model(arrays["test_logits"]), jnp.float32)
   test_y = np.asarray(arrays["test_labels"])
   raw = jax.nn.softmax(test_x, -1)
+  num_bins = results["num_bins"]
   fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
-  panels = {"raw logits": (raw, test_y)}
+  panels = {"raw logits": plotting_data.reliability_summary(raw, test_y, num_bins)}
   if fitted:
-    best = min(fitted, key=lambda k: fitted[k]["test"]["ece"])
+    best = min(fitted, key=lambda k: float(fitted[k]["test"]["ece"]))  # (or still on device)
     calibrator = (calibrators or {}).get(best) or posthoc.fit_calibrator(
         best, jnp.asarray(ensembles.one_model(arrays["val_logits"]), jnp.float32),
         jnp.asarray(arrays["val_labels"], jnp.int32))
-    panels[f"after {best} (lowest ECE)"] = (calibrator(test_x), test_y)
+    panels[f"after {best} (lowest ECE)"] = plotting_data.reliability_summary(
+        calibrator(test_x), test_y, num_bins)
+  return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(raw, test_y)}
+
+
+def _draw(out_dir: str, numbers: dict[str, Any], reliability_file: str) -> dict[str, str]:
+  from calib_jax import plotting  # Deferred: matplotlib.
+  os.makedirs(out_dir, exist_ok=True)
   return {
-      "reliability": plotting.reliability_diagrams(
-          panels, os.path.join(out_dir, reliability_file), num_bins=results["num_bins"]),
-      "smooth_reliability": plotting.smooth_reliability_diagram(
-          raw, test_y, os.path.join(out_dir, "smooth_reliability.png"), title="raw logits"),
+      "reliability": plotting.draw_reliability_diagrams(
+          numbers["reliability"], os.path.join(out_dir, reliability_file)),
+      "smooth_reliability": plotting.draw_smooth_reliability(
+          numbers["smooth"], os.path.join(out_dir, "smooth_reliability.png"),
+          title="raw logits"),
   }
 
 
@@ -345,6 +365,29 @@ def write_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[s
   `smooth_reliability.png`; `calibrators` as there) to `out_dir`; returns the files written."""
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
            **plot_report(out_dir, arrays, results, calibrators=calibrators)}
+  _write_metrics(files, results)
+  return files
+
+
+def _write_metrics(files: dict[str, str], results: dict[str, Any]) -> None:
   with open(files["metrics"], "w") as f:
     json.dump({**results, "files": files}, f, indent=2, sort_keys=True)
-  return files
+
+
+def evaluate_and_write(out_dir: str, arrays: Mapping[str, Any],
+                       **options: Any) -> tuple[dict[str, Any], dict[str, str]]:
+  """`fit_and_evaluate(**arrays, **options)` written as `write_report` writes it; returns
+  `(results, files)`. The same numbers and files, sooner: the plots are drawn while the
+  bootstrap intervals are still computing (`eval.py --predictions`)."""
+  options = {"calibrators": DEFAULT_CALIBRATORS, "alphas": (0.1, 0.05), "num_bins": 15,
+             "bootstrap_samples": 1000, "seed": 0, **options}
+  seed = options.pop("seed")
+  pending, fitted, resampled = _dispatched(
+      **{k: arrays.get(k) for k in REQUIRED + OPTIONAL}, **options)
+  numbers = _plot_numbers(arrays, pending, fitted)  # before the intervals: see _add_intervals
+  _add_intervals(pending, resampled, options["num_bins"], options["bootstrap_samples"], seed)
+  files = {"metrics": os.path.join(out_dir, "metrics.json"),
+           **_draw(out_dir, numbers, "reliability.png")}  # drawn while they compute
+  results = _fetched(pending)
+  _write_metrics(files, results)
+  return results, files

@@ -45,6 +45,23 @@ def _draw_reliability(ax_bars, ax_hist, summary: Mapping, title: str) -> float:
   return ece
 
 
+# The margins (inches) tight_layout finds around [0, 1] panels with axis labels and a title
+# line, set directly: tight_layout renders every tick once more, ~1/3 of a diagram's cost.
+_MARGINS = {"left": 0.72, "right": 0.26, "top": 0.37, "bottom": 0.59}
+_COLUMN_GAP, _TITLE_LINE = 0.8, 0.32  # inches between columns; per line of a figure title
+
+
+def _fixed_layout(fig, columns: int, title_lines: int = 0) -> None:
+  """`tight_layout`'s result for the reliability panels, without its extra render."""
+  width, height = fig.get_size_inches()
+  axis_width = (width - _MARGINS["left"] - _MARGINS["right"] - _COLUMN_GAP * (columns - 1)
+                ) / columns
+  fig.subplots_adjust(left=_MARGINS["left"] / width, right=1 - _MARGINS["right"] / width,
+                      top=1 - (_MARGINS["top"] + _TITLE_LINE * title_lines) / height,
+                      bottom=_MARGINS["bottom"] / height, hspace=0.1,
+                      wspace=_COLUMN_GAP / axis_width)
+
+
 def save_png(fig, path: str) -> str:
   """Writes `fig` to `path` as a 100-dpi PNG (creating its folder), closes it, returns `path`."""
   directory = os.path.dirname(os.path.abspath(path))
@@ -71,7 +88,7 @@ def reliability_diagram(probs, labels, path: str, num_bins: int = 15,
       2, 1, figsize=(5, 6), gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
   _draw_reliability(ax_bars, ax_hist, reliability_summary(probs, labels, num_bins, mask),
                     title or "")
-  fig.tight_layout()
+  _fixed_layout(fig, 1)
   return save_png(fig, path)
 
 
@@ -96,9 +113,12 @@ def draw_reliability_diagrams(summaries: Mapping[str, Mapping], path: str,
                            gridspec_kw={"height_ratios": [3, 1]}, sharex=True)
   for col, (name, summary) in enumerate(summaries.items()):
     _draw_reliability(axes[0, col], axes[1, col], summary, name)
+  lines = 0
   if title:  # wrapped to the figure's width: one column is narrower than a long title
-    fig.suptitle(textwrap.fill(title, width=int(11 * 4.5 * cols)))
-  fig.tight_layout()
+    wrapped = textwrap.fill(title, width=int(11 * 4.5 * cols))
+    fig.suptitle(wrapped)
+    lines = wrapped.count("\n") + 1
+  _fixed_layout(fig, cols, lines)
   return save_png(fig, path)
 
 
@@ -195,5 +215,5 @@ def draw_smooth_reliability(curve: Mapping, path: str, title: Optional[str] = No
   ax_density.set_ylim(bottom=0)
   ax_density.set_xlabel("confidence")
   ax_density.set_ylabel("density")
-  fig.tight_layout()
+  _fixed_layout(fig, 1)
   return save_png(fig, path)

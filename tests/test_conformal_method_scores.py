@@ -68,3 +68,29 @@ def test_rows_scored_with_their_slice_of_the_uniforms():
                                  uniforms=u[40:90])
   for name in whole:
     np.testing.assert_array_equal(np.asarray(part[name]), np.asarray(whole[name])[40:90], name)
+
+
+@pytest.mark.parametrize("shape", [(300, 12), (300, 1000)])  # 300 x 1000: the host sort
+def test_sorted_method_scores_are_the_class_order_scores_permuted(shape):
+  """`sorted_method_scores` holds `method_scores`' values in each row's sorted order: put
+  back through `order` they are equal bit for bit, and `rank_of` finds each label's score."""
+  x, y = _data(*shape, 3)
+  probs = jax.nn.softmax(x, -1)
+  names = ("thr", "aps", "raps", "saps")
+  uniforms = conformal.method_uniforms(shape[0], calibration=False)
+  expected = conformal.method_scores(probs, names, calibration=False, uniforms=uniforms,
+                                     from_logits=False)
+  got, order = conformal.sorted_method_scores(probs, names, uniforms)
+  order = np.asarray(order)
+  np.testing.assert_array_equal(np.sort(order, -1), np.broadcast_to(np.arange(shape[1]), shape))
+  rank = np.asarray(conformal.rank_of(order, y))
+  np.testing.assert_array_equal(order[np.arange(shape[0]), rank], y)
+  np.testing.assert_array_equal(np.asarray(got["thr"]), np.asarray(expected["thr"]))
+  for name in names[1:]:
+    back = np.empty(shape, np.float32)
+    np.put_along_axis(back, order, np.asarray(got[name]), -1)
+    np.testing.assert_array_equal(back, np.asarray(expected[name]), name)
+    np.testing.assert_array_equal(np.asarray(got[name])[np.arange(shape[0]), rank],
+                                  np.asarray(expected[name])[np.arange(shape[0]), y], name)
+  with pytest.raises(ValueError, match="unknown conformal method 'lac'"):
+    conformal.sorted_method_scores(probs, ("lac",), uniforms)

@@ -20,6 +20,7 @@ from calib_jax.conformal.predictor import fit
 from calib_jax.conformal.predictor import method_scores
 from calib_jax.conformal.predictor import method_uniforms
 from calib_jax.conformal.predictor import names
+from calib_jax.conformal.predictor import sorted_method_scores
 from calib_jax.conformal.predictor import threshold
 from calib_jax.conformal.scores import aps_scores
 from calib_jax.conformal.scores import class_conditional_quantile
@@ -27,13 +28,14 @@ from calib_jax.conformal.scores import conformal_quantile
 from calib_jax.conformal.scores import label_scores
 from calib_jax.conformal.scores import min_calibration_size
 from calib_jax.conformal.scores import quantile_rank
+from calib_jax.conformal.scores import rank_of
 from calib_jax.conformal.scores import raps_scores
 from calib_jax.conformal.scores import saps_scores
 from calib_jax.conformal.scores import thr_scores
 
 __all__ = [
     "fit", "names", "ConformalPredictor", "check_class_sizes", "method_scores", "method_uniforms",
-    "threshold",
+    "threshold", "sorted_method_scores", "rank_of",
     "thr_scores", "aps_scores", "raps_scores", "saps_scores", "label_scores",
     "conformal_quantile", "class_conditional_quantile", "quantile_rank", "min_calibration_size",
     "coverage", "mean_set_size", "size_stratified_coverage", "class_conditional_coverage",

@@ -59,9 +59,8 @@ def _all_scores(name: str, probs: jax.Array, u: Optional[jax.Array], lam: float,
 
 _STATIC = ("name", "lam", "k_reg", "from_logits")
 
-# Rows scored at a time by the sorting scores: their temporaries (the sort's keys and
-# permutation, cumulative sums, the scatter back to class order) then take a few [block, C]
-# arrays instead of [N, C] ones, about 6 × 100 MB at N = 25,000, C = 1,000.
+# Rows scored at a time by the sorting scores: their temporaries (sort, cumulative sums) take a
+# few [block, C] arrays instead of [N, C] ones, ~6 × 100 MB at N = 25,000, C = 1,000.
 _BLOCK_ROWS = 2048
 
 
@@ -123,11 +122,23 @@ def _calibrate(x, labels, mask, key, ranks, *, name, lam, k_reg, from_logits, co
 def _method_scores(x, key, labels, uniforms, *, methods, from_logits):
   def fn(xb, ub, yb=None):
     probs = jax.nn.softmax(xb, axis=-1) if from_logits else xb
-    out = scores_lib.scores_of_methods(probs, ub, methods)
-    return out if yb is None else tuple(scores_lib.label_scores(s, yb) for s in out)
+    if yb is None:
+      return scores_lib.scores_of_methods(probs, ub, methods)
+    out, order = scores_lib.sorted_scores_of_methods(probs, ub, methods)
+    rank = None if order is None else scores_lib.rank_of(order, yb)  # no scatter back
+    return tuple(scores_lib.label_scores(s, yb if name == "thr" else rank)
+                 for (name, _, _), s in zip(methods, out))
   return _by_rows(fn, any(name != "thr" for name, _, _ in methods), x,
                   _uniforms(key, x.shape[0]) if uniforms is None else uniforms,
                   *(() if labels is None else (labels,)))
+
+
+def _methods_of(names: Sequence[str]) -> tuple:  # (name, lam, k_reg) at `fit`'s defaults
+  for name in names:
+    if name not in _METHODS:
+      raise ValueError(f"unknown conformal method {name!r}; valid names: {list(_METHODS)}")
+  return tuple((name, float(_METHODS[name].get("lam", 0.0)),
+                int(_METHODS[name].get("k_reg", 0))) for name in names)
 
 
 def method_uniforms(n: int, *, calibration: bool, key: Optional[jax.Array] = None) -> jax.Array:
@@ -151,21 +162,25 @@ def method_scores(x: ArrayLike, names: Sequence[str], *, calibration: bool,
   `uniforms [N]` replaces the draw (rows of a larger array: a slice of `method_uniforms`).
   Jit-able.
   """
-  for name in names:
-    if name not in _METHODS:
-      raise ValueError(f"unknown conformal method {name!r}; valid names: {list(_METHODS)}")
+  methods = _methods_of(names)
   if any(name != "thr" for name in names) and not all(
       _METHODS[name].get("randomized", False) for name in names if name != "thr"):
     raise ValueError("method_scores draws one set of uniforms for the sorting methods")
   key = _randomized_key(any(name != "thr" for name in names), key,
                         "fit" if calibration else "the predictor call")
-  methods = tuple((name, float(_METHODS[name].get("lam", 0.0)),
-                   int(_METHODS[name].get("k_reg", 0))) for name in names)
   x, labels = _check_inputs(x, labels, None, "logits")
   if uniforms is not None:
     uniforms = jnp.asarray(uniforms, jnp.float32).reshape(x.shape[0])
   return dict(zip(names, _method_scores(x, key, labels, uniforms, methods=methods,
                                         from_logits=from_logits)))
+
+
+def sorted_method_scores(probs: jax.Array, names: Sequence[str], uniforms: jax.Array
+                         ) -> tuple[dict[str, jax.Array], Optional[jax.Array]]:
+  """`method_scores(probs, names, calibration=False, uniforms=uniforms, from_logits=False)`
+  before the scatter back to class order: `scores.sorted_scores_of_methods`. Jit-able."""
+  scores, order = scores_lib.sorted_scores_of_methods(probs, uniforms, _methods_of(names))
+  return dict(zip(names, scores)), order
 
 
 def threshold(label_scores: jax.Array, labels: jax.Array, num_classes: int, alpha: float,

@@ -145,7 +145,20 @@ def scores_of_methods(probs: jax.Array, u: Optional[jax.Array],
   """The scores `[N, C]` of several methods `(name, lam, k_reg)` ("thr", "aps", "raps",
   "saps") of the same probabilities and uniforms, the sorting ones from one sort of each row
   (its cost dominates at large C): each equals its own function's, bit for bit."""
+  scores, order = sorted_scores_of_methods(probs, u, methods)
+  return tuple(s if name == "thr" else _to_class_order(s, order)
+               for (name, _, _), s in zip(methods, scores))
+
+
+def sorted_scores_of_methods(probs: jax.Array, u: Optional[jax.Array], methods: tuple
+                             ) -> tuple[tuple[jax.Array, ...], Optional[jax.Array]]:
+  """`scores_of_methods` before the sorting methods' scores go back to class order: THR's
+  `[N, C]` in class order, the others' in each row's descending-probability order, and `order
+  [N, C]` (the class at each sorted position; None without a sorting method). What needs no
+  class order (a set's size; a label's score at its rank, `rank_of`) is read from them
+  without the scatter back, the same values."""
   needs_sort = any(name != "thr" for name, _, _ in methods)
+  order = None
   if needs_sort:
     sorted_p, order = _sorted_descending(probs)
     inclusive = jnp.cumsum(sorted_p, axis=-1)
@@ -154,10 +167,16 @@ def scores_of_methods(probs: jax.Array, u: Optional[jax.Array],
     if name == "thr":
       out.append(thr_scores(probs))
     elif name == "saps":
-      out.append(_to_class_order(_saps_sorted(sorted_p, u, lam), order))
+      out.append(_saps_sorted(sorted_p, u, lam))
     else:  # aps is raps with lam = 0
-      out.append(_to_class_order(_raps_sorted(sorted_p, inclusive, u, lam, k_reg), order))
-  return tuple(out)
+      out.append(_raps_sorted(sorted_p, inclusive, u, lam, k_reg))
+  return tuple(out), order
+
+
+def rank_of(order: jax.Array, labels: jax.Array) -> jax.Array:
+  """The sorted position of each row's label in `order [N, C]` (`sorted_scores_of_methods`):
+  `[N]` int32, so `sorted[i, rank[i]] == class_order[i, labels[i]]`."""
+  return jnp.argmax(order == labels[:, None], axis=-1).astype(jnp.int32)
 
 
 def label_scores(all_scores: jax.Array, labels: jax.Array) -> jax.Array:

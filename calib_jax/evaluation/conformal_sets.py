@@ -55,13 +55,20 @@ def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tupl
   pad = blocks * _BLOCK_ROWS - n
 
   def block_stats(args):
+    # Each set compared in the sorting methods' own order (`conformal.sorted_method_scores`):
+    # a set's size and whether it holds the label (at the label's rank) need no class order,
+    # so no [block, C] scatter back per method; the same comparisons of the same values.
     probs, labels, uniforms = args
-    scores = conformal.method_scores(probs, CONFORMAL_SETS, calibration=False,
-                                     uniforms=uniforms, from_logits=False)
+    scores, order = conformal.sorted_method_scores(probs, CONFORMAL_SETS, uniforms)
+    rank = conformal.rank_of(order, labels)
     out = {}
-    for key, name, _, _ in keys:
-      sets = scores[name] <= qhats[key]
-      covered = jnp.take_along_axis(sets, labels[:, None], axis=-1)[:, 0].astype(jnp.float32)
+    for key, name, conditional, _ in keys:
+      qhat = qhats[key]
+      if name != "thr" and conditional == "class":
+        qhat = qhat[order]  # each sorted position's class's threshold
+      sets = scores[name] <= qhat
+      at = labels if name == "thr" else rank
+      covered = jnp.take_along_axis(sets, at[:, None], axis=-1)[:, 0].astype(jnp.float32)
       out[key] = (covered, jnp.sum(sets, axis=-1, dtype=jnp.float32))
     return out
 

@@ -144,6 +144,25 @@ def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
       "test_logits, test_labels; optional: ood_logits)")
 
 
+def test_evaluate_and_write_is_fit_and_evaluate_then_write_report(arrays, results, tmp_path):
+  """`evaluate_and_write` (eval.py's: plots drawn while the intervals compute) gives the same
+  numbers, in the same order (the console's rows), and the same files as `fit_and_evaluate`
+  then `write_report`."""
+  got, files = predictions.evaluate_and_write(str(tmp_path / "out"), arrays,
+                                              bootstrap_samples=100)
+  assert got == results
+  assert list(got["calibrators"]) == ["raw", "temperature", "vector", "isotonic"]
+  assert all(type(v) is float for v in got["calibrators"]["raw"]["test"]["intervals"]["ece"]
+             .values())
+  _, fitted = predictions.fit_and_evaluate(**arrays, bootstrap_samples=100)
+  expected = predictions.write_report(str(tmp_path / "then"), arrays, results, fitted)
+  assert [os.path.basename(f) for f in files.values()] == [
+      os.path.basename(f) for f in expected.values()]
+  with open(files["metrics"]) as f:
+    written = json.load(f)
+  assert written == json.loads(json.dumps({**results, "files": files}))
+
+
 def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):
   """Vector scaling needs 10 validation samples per free parameter (2C): on 60 of them the
   report leaves it out, says why, and reports the others."""

@@ -2,11 +2,13 @@
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from calib_jax import metrics
 from calib_jax.metrics import _ranking
+from calib_jax.metrics import calibration
 from calib_jax.metrics import _sorting
 from calib_jax.metrics import selective
 
@@ -179,17 +181,22 @@ def test_numpy_and_lax_ranking_paths_agree(masked):
   if masked:
     valid = rng.random(300) < 0.7
     key, bit = np.where(valid, key, 0).astype(np.uint32), bit & valid
-  cpu = _ranking.tie_errors(key, bit)  # the numpy callback on this CPU backend
-  lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit.astype(np.uint8))  # pylint: disable=protected-access
-  np.testing.assert_allclose(cpu[0], lax_path[0], rtol=1e-6)
+  bit8 = bit.astype(np.uint8)
+  cpu = jax.jit(_ranking._callback_tie_errors)(key, bit8)  # pylint: disable=protected-access
+  lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit8)  # pylint: disable=protected-access
+  # Ties spread their errors with the same integer-and-quotient arithmetic: equal to the bit.
+  np.testing.assert_array_equal(cpu[0], lax_path[0])
   np.testing.assert_array_equal(cpu[1], lax_path[1])
+  np.testing.assert_array_equal(_ranking.tie_errors(key, bit)[0], lax_path[0])  # n ≤ threshold
   conf_key = np.where(key > 0, _sorting.monotone_key(np.abs(scores) / 4), 0).astype(np.uint32)
   for num_bins in (7, 500):  # 500 > n: empty groups
-    cpu = _ranking.adaptive_groups(conf_key, bit, num_bins)
+    cpu = jax.jit(_ranking._callback_adaptive_groups, static_argnums=2)(  # pylint: disable=protected-access
+        conf_key, bit8, num_bins)
     lax_path = jax.jit(_ranking._lax_adaptive_groups, static_argnums=2)(  # pylint: disable=protected-access
-        conf_key, bit.astype(np.uint8), num_bins)
-    np.testing.assert_allclose(cpu[0], lax_path[0], atol=1e-5)
-    np.testing.assert_allclose(cpu[1], lax_path[1], atol=1e-5)
+        conf_key, bit8, num_bins)
+    np.testing.assert_array_equal(cpu[0], lax_path[0])
+    # Confidence sums: numpy adds in float64, XLA in float32 chunks (within a few ulp).
+    np.testing.assert_allclose(cpu[1], lax_path[1], rtol=1e-6)
   # Wide key ranges take the uint64 packing in numpy.
   wide = np.array([0, 2**32 - 1, 5, 2**31 + 7, 5], np.uint32)
   keys, bits = _sorting.numpy_sort_with_bit(wide, np.array([1, 0, 1, 1, 0], np.uint8))
@@ -198,6 +205,43 @@ def test_numpy_and_lax_ranking_paths_agree(masked):
   t = jax.jit(_sorting.lax_sorted_ties)(wide, np.array([1, 0, 1, 1, 0], np.uint8))
   np.testing.assert_array_equal(t.first, [0, 1, 1, 3, 4])
   np.testing.assert_array_equal(t.last, [0, 2, 2, 3, 4])
+
+
+def test_large_tie_groups_spread_errors_exactly_in_both_paths():
+  # One tie group of 3000 (products up to 3000² would round in float32) and one of 70000
+  # (past the int32 product, the float32 formula): numpy and XLA still agree to the bit.
+  for n_tied, n in ((3000, 4000), (70000, 80000)):
+    rng = np.random.default_rng(n)
+    scores = rng.random(n).astype(np.float32)
+    scores[:n_tied] = 0.5
+    key = np.asarray(_sorting.monotone_key(scores))
+    bit = (rng.random(n) < 0.37).astype(np.uint8)
+    cpu = jax.jit(_ranking._callback_tie_errors)(key, bit)  # pylint: disable=protected-access
+    lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(cpu[0], lax_path[0])
+    # The exact value where integer arithmetic reaches: E_k of the tie group's members.
+    order = np.argsort(-scores, kind="stable")
+    errors_above = int(bit[order][:np.count_nonzero(scores > 0.5)].sum())
+    group_errors = int(bit[scores == 0.5].sum())
+    start = np.count_nonzero(scores > 0.5)
+    taken = np.arange(1, n_tied + 1)
+    exact = errors_above + taken * group_errors / n_tied
+    np.testing.assert_allclose(np.asarray(cpu[0])[start:start + n_tied], exact, rtol=1.2e-7)
+
+
+def test_small_inputs_compile_without_host_callbacks():
+  """At n ≤ XLA_SORT_MAX_N the rank metrics are pure XLA (cacheable), above it a host sort."""
+  scores = jnp.linspace(0.0, 1.0, _ranking.XLA_SORT_MAX_N)
+  correct = scores > 0.3
+  probs = jnp.stack([scores, 1.0 - scores], axis=-1)
+  labels = correct.astype(jnp.int32)
+  texts = [
+      selective._aurc.lower(scores, correct, None).as_text(),  # pylint: disable=protected-access
+      calibration._aece.lower(probs, labels, None, 15, "l1").as_text(),  # pylint: disable=protected-access
+  ]
+  assert not any("callback" in t for t in texts)
+  longer = jnp.linspace(0.0, 1.0, _ranking.XLA_SORT_MAX_N + 1)
+  assert "callback" in selective._aurc.lower(longer, longer > 0.3, None).as_text()  # pylint: disable=protected-access
 
 
 def test_mask_equals_the_reference_on_the_valid_subset():

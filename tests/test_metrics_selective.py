@@ -202,9 +202,11 @@ def test_numpy_and_lax_ranking_paths_agree(masked):
   keys, bits = _sorting.numpy_sort_with_bit(wide, np.array([1, 0, 1, 1, 0], np.uint8))
   np.testing.assert_array_equal(keys, np.sort(wide))
   np.testing.assert_array_equal(bits, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
-  t = jax.jit(_sorting.lax_sorted_ties)(wide, np.array([1, 0, 1, 1, 0], np.uint8))
+  t = jax.jit(_sorting.lax_sorted_ties)(wide, np.array([0, 0, 1, 1, 0], np.uint8))  # key 0: bit 0
   np.testing.assert_array_equal(t.first, [0, 1, 1, 3, 4])
   np.testing.assert_array_equal(t.last, [0, 2, 2, 3, 4])
+  np.testing.assert_array_equal(t.bits_upto, [0, 1, 1, 2, 2])
+  np.testing.assert_array_equal(t.bits_below, [0, 0, 0, 1, 2])
 
 
 def test_large_tie_groups_spread_errors_exactly_in_both_paths():

@@ -9,7 +9,7 @@ of equal scores). Two paths give the same values (tested, ties included):
   rather than once per process.
 * numpy through `jax.pure_callback` on CPU for longer rows: the data already lives in host
   memory, numpy's SIMD sort of a packed key is 10–30x faster there than XLA:CPU's sort at
-  N = 1e5–1e6, and only the small results come back. The callback embeds a per-process
+  N = 1e4–1e6, and only the small results come back. The callback embeds a per-process
   pointer, so its programs are never found in the persistent cache.
 
 Keys are uint32 from `_sorting.monotone_key`; key 0 marks a masked-out entry.
@@ -24,12 +24,12 @@ from jax import lax
 from calib_jax.metrics import _segments
 from calib_jax.metrics import _sorting
 
-# Rows up to this length are ranked by XLA on CPU as well. Paired times on XLA:CPU (2 shared
-# cores), per row of a vmapped batch: N = 540 XLA 0.1–0.2 ms vs numpy callback 0.06–0.1 ms, N =
-# 4096 2 ms vs 0.26 ms, N = 1e5 75 ms vs 2.5 ms (bench/toolkit_speed.py). Below this length the
-# sort costs less than the compilation a cache hit saves (~0.1–0.5 s per program), even over a
-# 1,000-resample bootstrap.
-XLA_SORT_MAX_N = 1 << 12
+# Rows up to this length are ranked by XLA on CPU as well. Paired times on XLA:CPU (2 cores
+# shared, load 10-11), per row: one call at N = 540 / 2048 / 8192 XLA 0.16 / 0.30 / 3.1 ms
+# against the numpy callback's 0.24 / 0.31 / 0.31 ms; vmapped (a bootstrap's resamples)
+# 0.25 / 0.98 / 3.7 ms against 0.08 / 0.16 / 0.47 ms. Up to here a 1,000-resample bootstrap
+# pays at most ~0.8 s for a program that a second process then finds in the cache.
+XLA_SORT_MAX_N = 1 << 11
 
 
 # ------------------------------------------------------------------ tie-aware errors
@@ -91,10 +91,9 @@ def _lax_tie_errors(key: jax.Array, bit: jax.Array):
   t = _sorting.lax_sorted_ties(key, bit)
   total = key.shape[0]
   idx = jnp.arange(total, dtype=jnp.int32)
-  num_errors = t.cum[total - 1]
-  cum_before_first = t.cum[t.first] - t.bits[t.first]
-  errors = spread_tie_errors(num_errors - t.cum[t.last], t.last - idx + 1,
-                             t.cum[t.last] - cum_before_first, t.last - t.first + 1, jnp)
+  num_errors = t.bits_upto[total - 1]
+  errors = spread_tie_errors(num_errors - t.bits_upto, t.last - idx + 1,
+                             t.bits_upto - t.bits_below, t.last - t.first + 1, jnp)
   valid = t.keys != 0
   errors = jnp.where(valid, errors, 0.0)[::-1]
   return errors, ((t.first == idx) & valid)[::-1]
@@ -173,13 +172,14 @@ def _lax_adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
   n = total - jnp.searchsorted(t.keys, jnp.uint32(1)).astype(jnp.int32)
   offset = total - n
   split = offset + group_starts(n, num_bins, jnp).astype(jnp.int32)
-  cum = jnp.concatenate([jnp.zeros(1, jnp.int32), t.cum])
   inner = jnp.clip(split, 1, total - 1)
   cut = (split > offset) & (split < total) & (t.keys[inner - 1] == t.keys[inner])
   lo, hi = t.first[inner], t.last[inner] + 1
-  tie_mean = (cum[hi] - cum[lo]).astype(jnp.float32) / (hi - lo)
+  # Set bits among the first j sorted entries where j ends a tie group (`split` uncut).
+  before_split = jnp.where(split > 0, t.bits_upto[jnp.maximum(split - 1, 0)], 0)
+  tie_mean = (t.bits_upto[inner] - t.bits_below[inner]).astype(jnp.float32) / (hi - lo)
   # Integer and fractional parts apart, so float32 never rounds a large running count.
-  whole = jnp.where(cut, cum[lo], cum[split])
+  whole = jnp.where(cut, t.bits_below[inner], before_split)
   frac = jnp.where(cut, (split - lo).astype(jnp.float32) * tie_mean, 0.0)
   pos = jnp.arange(total, dtype=jnp.int32)
   group = jnp.searchsorted(split, pos, side="right").astype(jnp.int32) - 1

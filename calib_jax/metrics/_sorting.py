@@ -1,7 +1,8 @@
 """Order-preserving integer keys for scores, and sorting them with a payload bit.
 
 `numpy_sort_with_bit` is the CPU path (numpy's SIMD sort of one packed integer);
-`lax_sorted_ties` the accelerator path, which also returns the tie-group extents. The metrics
+`lax_sorted_ties` the XLA path (accelerators, and short rows on CPU), which returns the bit
+counts per tie group and the tie-group extents. The metrics
 reach them through `_ranking`.
 """
 from typing import NamedTuple
@@ -15,12 +16,12 @@ _SIGN = np.uint32(0x80000000)
 
 
 class SortedTies(NamedTuple):
-  """Keys sorted ascending with their bits, running bit counts and tie-group extents."""
-  keys: jax.Array    # uint32 [N], ascending
-  bits: jax.Array    # int32 [N], payload bit of each sorted key (ties: 0 first)
-  cum: jax.Array     # int32 [N], Σ bits[:i + 1]
-  first: jax.Array   # int32 [N], index of the first key equal to keys[i]
-  last: jax.Array    # int32 [N], index of the last key equal to keys[i]
+  """Keys sorted ascending, the bit counts at each key and the tie-group extents."""
+  keys: jax.Array       # uint32 [N], ascending
+  bits_upto: jax.Array  # int32 [N], set bits among the keys <= keys[i]
+  bits_below: jax.Array  # int32 [N], set bits among the keys < keys[i]
+  first: jax.Array      # int32 [N], index of the first key equal to keys[i]
+  last: jax.Array       # int32 [N], index of the last key equal to keys[i]
 
 
 def monotone_key(scores: jax.Array) -> jax.Array:
@@ -63,13 +64,25 @@ def numpy_sort_with_bit(key: np.ndarray, bit: np.ndarray):
 
 
 def lax_sorted_ties(key: jax.Array, bit: jax.Array) -> SortedTies:
-  """The accelerator path of `sorted_ties` (also used to test the numpy path)."""
-  keys, bits = lax.sort((key, bit.astype(jnp.int32)), dimension=-1, is_stable=False,
-                        num_keys=2)
+  """The XLA path of the rank statistics (also used to test the numpy path).
+
+  Every statistic the metrics need is a count per tie group, so the bits need not travel with
+  the sort: the keys are sorted alone, the keys of the set bits apart (unset ones as 0), and
+  the counts come from binary searches. XLA:CPU sorts one uint32 operand ~5x faster than a
+  key with a payload; in all ~2.3x faster than the two-operand `lax.sort`. Keys of set bits
+  must be nonzero (key 0 marks masked-out entries, whose bit is 0).
+  """
+  keys = jnp.sort(key)
+  bit = bit.astype(bool)
+  unset = jnp.sum(~bit, dtype=jnp.int32)
+  set_keys = jnp.sort(jnp.where(bit, key, jnp.uint32(0)))   # `unset` zeros, then set keys
+  bits_upto = jnp.searchsorted(set_keys, keys, side="right").astype(jnp.int32) - unset
+  bits_below = jnp.maximum(
+      jnp.searchsorted(set_keys, keys, side="left").astype(jnp.int32) - unset, 0)
   n = keys.shape[-1]
   idx = jnp.arange(n, dtype=jnp.int32)
   differs = keys[1:] != keys[:-1]
   edge = jnp.ones(1, bool)
   first = lax.cummax(jnp.where(jnp.concatenate([edge, differs]), idx, 0))
   last = lax.cummin(jnp.where(jnp.concatenate([differs, edge]), idx, n - 1), reverse=True)
-  return SortedTies(keys, bits, jnp.cumsum(bits, dtype=jnp.int32), first, last)
+  return SortedTies(keys, bits_upto, bits_below, first, last)

@@ -73,13 +73,16 @@ def cumsum_small(x: jax.Array) -> jax.Array:
   `jnp.cumsum` and `lax.cummax` on CPU lower to an unrolled associative scan that takes XLA
   ~0.3 s to compile per call site (a rank metric had six: 2-6 s a program loaded, more than
   the numpy callback path's whole program). A loop over the entries compiles like one
-  operation and runs ~16 µs at n = 540 on XLA:CPU (the scan: ~230 µs). Longer rows use
-  `jnp.cumsum`.
+  operation and runs ~16 µs at n = 540 on XLA:CPU (the scan: ~230 µs). Longer rows, and
+  accelerators (where a loop step is a kernel launch), use `jnp.cumsum`.
   """
+  x = x.astype(jnp.int32)
   n = x.shape[-1]
   if n > _SMALL_SCAN_MAX_N:
     return jnp.cumsum(x, dtype=jnp.int32)
-  return lax.fori_loop(1, n, lambda i, c: c.at[i].add(c[i - 1]), x.astype(jnp.int32))
+  return lax.platform_dependent(
+      x, cpu=lambda x: lax.fori_loop(1, n, lambda i, c: c.at[i].add(c[i - 1]), x),
+      default=lambda x: jnp.cumsum(x, dtype=jnp.int32))
 
 
 def lax_sorted_ties(key: jax.Array, bit: jax.Array) -> SortedTies:

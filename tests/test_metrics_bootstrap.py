@@ -142,3 +142,35 @@ def test_ranked_chunks_equal_one_resample_at_a_time(metric_fn, masked):
                            batch_size=1)
   for stat in ("value", "lower", "upper", "std"):
     np.testing.assert_array_equal(np.asarray(fast[stat]), np.asarray(slow[stat]), stat)
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_smooth_ece_batched_searches_equal_one_resample_at_a_time(calibrated, masked):
+  """smooth ECE's bandwidth searches run batched over chunks of resamples
+  (`smooth.search_bandwidth_batched`); the intervals equal those of one resample at a time
+  (`batch_size=1`), on the coarse grid and where the search goes to the fine one (calibrated
+  data, σ < 1/64), from probabilities or from precomputed confidences."""
+  rng = np.random.default_rng(11)
+  n = 20000 if calibrated else 3000   # smooth ECE ~ n^(-1/2) on calibrated data
+  if calibrated:
+    conf = rng.uniform(0.5, 1.0, n).astype(np.float32)
+    correct = rng.uniform(size=n) < conf
+  else:
+    conf = rng.uniform(0.6, 1.0, n).astype(np.float32)
+    correct = rng.uniform(size=n) < 0.6
+  probs = np.stack([conf, 1.0 - conf], axis=1)
+  labels = np.where(correct, 0, 1)
+  _, sigma = metrics.smooth_ece(probs, labels, return_bandwidth=True)
+  assert (float(sigma) < 1 / 64) == calibrated   # the fine grid is (not) reached
+  mask = rng.uniform(size=n) < 0.8 if masked else None
+  key = jax.random.key(5)
+  slow = metrics.bootstrap(metrics.smooth_ece, probs, labels, num_samples=120, key=key,
+                           mask=mask, batch_size=1)
+  fast = metrics.bootstrap(metrics.smooth_ece, probs, labels, num_samples=120, key=key,
+                           mask=mask)  # 3 chunks of 40
+  from_conf = metrics.bootstrap(metrics.top_label_smooth_ece, conf, correct, num_samples=120,
+                                key=key, mask=mask)
+  for stat in ("value", "lower", "upper", "std"):
+    np.testing.assert_allclose(fast[stat], slow[stat], rtol=1e-6, atol=1e-8, err_msg=stat)
+    np.testing.assert_allclose(from_conf[stat], slow[stat], rtol=1e-6, atol=1e-8, err_msg=stat)

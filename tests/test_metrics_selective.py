@@ -2,11 +2,13 @@
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from calib_jax import metrics
 from calib_jax.metrics import _ranking
+from calib_jax.metrics import calibration
 from calib_jax.metrics import _sorting
 from calib_jax.metrics import selective
 
@@ -179,88 +181,72 @@ def test_numpy_and_lax_ranking_paths_agree(masked):
   if masked:
     valid = rng.random(300) < 0.7
     key, bit = np.where(valid, key, 0).astype(np.uint32), bit & valid
-  cpu = _ranking.tie_errors(key, bit)  # the numpy callback on this CPU backend
-  lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit.astype(np.uint8))  # pylint: disable=protected-access
-  np.testing.assert_allclose(cpu[0], lax_path[0], rtol=1e-6)
+  bit8 = bit.astype(np.uint8)
+  cpu = jax.jit(_ranking._callback_tie_errors)(key, bit8)  # pylint: disable=protected-access
+  lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit8)  # pylint: disable=protected-access
+  # Ties spread their errors with the same integer-and-quotient arithmetic: equal to the bit.
+  np.testing.assert_array_equal(cpu[0], lax_path[0])
   np.testing.assert_array_equal(cpu[1], lax_path[1])
+  np.testing.assert_array_equal(_ranking.tie_errors(key, bit)[0], lax_path[0])  # n ≤ threshold
   conf_key = np.where(key > 0, _sorting.monotone_key(np.abs(scores) / 4), 0).astype(np.uint32)
   for num_bins in (7, 500):  # 500 > n: empty groups
-    cpu = _ranking.adaptive_groups(conf_key, bit, num_bins)
+    cpu = jax.jit(_ranking._callback_adaptive_groups, static_argnums=2)(  # pylint: disable=protected-access
+        conf_key, bit8, num_bins)
     lax_path = jax.jit(_ranking._lax_adaptive_groups, static_argnums=2)(  # pylint: disable=protected-access
-        conf_key, bit.astype(np.uint8), num_bins)
-    np.testing.assert_allclose(cpu[0], lax_path[0], atol=1e-5)
-    np.testing.assert_allclose(cpu[1], lax_path[1], atol=1e-5)
+        conf_key, bit8, num_bins)
+    np.testing.assert_array_equal(cpu[0], lax_path[0])
+    # Confidence sums: numpy adds in float64, XLA in float32 chunks (within a few ulp).
+    np.testing.assert_allclose(cpu[1], lax_path[1], rtol=1e-6)
   # Wide key ranges take the uint64 packing in numpy.
   wide = np.array([0, 2**32 - 1, 5, 2**31 + 7, 5], np.uint32)
   keys, bits = _sorting.numpy_sort_with_bit(wide, np.array([1, 0, 1, 1, 0], np.uint8))
   np.testing.assert_array_equal(keys, np.sort(wide))
   np.testing.assert_array_equal(bits, [1, 0, 1, 1, 0])  # ties (key 5): bit 0 first
-  t = jax.jit(_sorting.lax_sorted_ties)(wide, np.array([1, 0, 1, 1, 0], np.uint8))
+  t = jax.jit(_sorting.lax_sorted_ties)(wide, np.array([0, 0, 1, 1, 0], np.uint8))  # key 0: bit 0
   np.testing.assert_array_equal(t.first, [0, 1, 1, 3, 4])
   np.testing.assert_array_equal(t.last, [0, 2, 2, 3, 4])
+  np.testing.assert_array_equal(t.bits_upto, [0, 1, 1, 2, 2])
+  np.testing.assert_array_equal(t.bits_below, [0, 0, 0, 1, 2])
 
 
-def test_mask_equals_the_reference_on_the_valid_subset():
-  scores, correct = _data(6, decimals=2)
-  mask = np.random.default_rng(7).random(N) < 0.6
-  sub_s, sub_c = scores[mask], correct[mask]
-  summary = metrics.selective_summary(scores, correct, mask, risks=RISKS, coverages=COVERAGES)
-  _check_summary(summary, sub_s, sub_c, RISKS, COVERAGES)
-  cov, risk = metrics.risk_coverage_curve(scores, correct, mask=mask)
-  n = int(mask.sum())
-  ref_e, _ = ref_tie_errors(sub_s, sub_c)
-  np.testing.assert_allclose(risk[:n], ref_e / np.arange(1, n + 1), atol=1e-6)
-  np.testing.assert_allclose(cov[:n], np.arange(1, n + 1) / n, atol=1e-6)
-  assert np.all(np.asarray(cov[n - 1:]) == 1.0)  # padding repeats the last point
+def test_large_tie_groups_spread_errors_exactly_in_both_paths():
+  # One tie group of 3000 (products up to 3000² would round in float32) and one of 70000
+  # (past the int32 product, the float32 formula): numpy and XLA still agree to the bit.
+  for n_tied, n in ((3000, 4000), (70000, 80000)):
+    rng = np.random.default_rng(n)
+    scores = rng.random(n).astype(np.float32)
+    scores[:n_tied] = 0.5
+    key = np.asarray(_sorting.monotone_key(scores))
+    bit = (rng.random(n) < 0.37).astype(np.uint8)
+    cpu = jax.jit(_ranking._callback_tie_errors)(key, bit)  # pylint: disable=protected-access
+    lax_path = jax.jit(_ranking._lax_tie_errors)(key, bit)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(cpu[0], lax_path[0])
+    # The exact value where integer arithmetic reaches: E_k of the tie group's members.
+    order = np.argsort(-scores, kind="stable")
+    errors_above = int(bit[order][:np.count_nonzero(scores > 0.5)].sum())
+    group_errors = int(bit[scores == 0.5].sum())
+    start = np.count_nonzero(scores > 0.5)
+    taken = np.arange(1, n_tied + 1)
+    exact = errors_above + taken * group_errors / n_tied
+    np.testing.assert_allclose(np.asarray(cpu[0])[start:start + n_tied], exact, rtol=1.2e-7)
 
 
-def test_bad_inputs_raise_clear_errors():
-  scores, correct = _data(9, n=10)
-  with pytest.raises(ValueError, match="empty"):
-    metrics.aurc(np.zeros(0, np.float32), np.zeros(0, bool))
-  with pytest.raises(ValueError, match="must equal"):
-    metrics.aurc(scores, correct[:4])
-  with pytest.raises(ValueError, match="coverage"):
-    metrics.risk_at_coverage(scores, correct, 0.0)
-  with pytest.raises(ValueError, match="risk"):
-    metrics.coverage_at_risk(scores, correct, 1.5)
-  with pytest.raises(ValueError, match="no entries"):
-    metrics.aurc(scores, correct, mask=np.zeros(10, bool))
-  with pytest.raises(ValueError, match="bool"):
-    metrics.aurc(scores, correct.astype(np.float32))
+def test_small_inputs_compile_without_host_callbacks_when_the_cache_is_on(monkeypatch):
+  """With the persistent compilation cache on, the rank metrics of n ≤ XLA_SORT_MAX_N are
+  pure XLA (cacheable); above it, or with the cache off, a host sort (faster to compile)."""
+  def texts(n):
+    scores = jnp.linspace(0.0, 1.0, n)
+    correct = scores > 0.3
+    probs = jnp.stack([scores, 1.0 - scores], axis=-1)
+    return [selective._aurc.lower(scores, correct, None).as_text(),  # pylint: disable=protected-access
+            calibration._aece.lower(probs, correct.astype(jnp.int32), None, 15, "l1").as_text()]  # pylint: disable=protected-access
 
-
-def test_one_shot_metrics_accept_inputs_sharded_over_eight_devices():
-  scores, correct = _data(11, n=8 * 50, decimals=2)
-  mesh = jax.make_mesh((8,), ("data",),
-                       axis_types=(jax.sharding.AxisType.Explicit,))
-  shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-  s, c = jax.device_put(scores, shard), jax.device_put(correct, shard)
-  with jax.set_mesh(mesh):
-    value = jax.block_until_ready(jax.jit(metrics.aurc)(s, c))
-  np.testing.assert_allclose(value, ref_aurc(scores, correct), atol=1e-6)
-
-
-@pytest.mark.parametrize("n", [1, 7, 10, 999_999, 1_000_000, 4_194_301, 16_777_217,
-                               123_456_789, 2**31 - 1])
-def test_coverage_index_is_exact_integer_ceil_at_any_size(n):
-  """k = ceil(coverage·n) with the coverage in parts per million, checked in Python integers
-  (float32 `coverage·n` is off by one from n ≈ 4e6 on; float64 `0.7·10` is 7.000000000000001)."""
-  coverages = (1e-6, 0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.999999, 1.0)
-  want = [min(max(1, -(-round(c * 10**6) * n // 10**6)), n) for c in coverages]
-  got_static = [int(selective.coverage_index(c, n)) for c in coverages]
-  got_traced = jax.jit(jax.vmap(selective.coverage_index, in_axes=(0, None)))(
-      np.asarray(coverages, np.float32), np.int32(n))
-  assert got_static == want
-  np.testing.assert_array_equal(got_traced, want)
-
-
-def test_risk_at_coverage_masked_and_unmasked_use_the_same_k():
-  scores, correct = _data(3)
-  scores = np.round(scores, 3).astype(np.float32)
-  mask = np.ones(len(scores), bool)
-  for c in (0.1, 0.3, 0.7, 0.95):
-    np.testing.assert_array_equal(metrics.risk_at_coverage(scores, correct, c),
-                                  metrics.risk_at_coverage(scores, correct, c, mask=mask))
-    np.testing.assert_allclose(metrics.risk_at_coverage(scores, correct, c),
-                               ref_risk_at_coverage(scores, correct, c), atol=1e-6)
+  limit = _ranking.XLA_SORT_MAX_N
+  # Shapes traced nowhere else: jit's trace cache does not see the patched setting.
+  monkeypatch.setattr(_ranking, "persistent_cache_on", lambda: False)
+  assert not _ranking.xla_sorts_on_cpu(limit - 1)
+  assert all("callback" in t for t in texts(limit - 1))
+  monkeypatch.setattr(_ranking, "persistent_cache_on", lambda: True)
+  assert _ranking.xla_sorts_on_cpu(limit) and not _ranking.xla_sorts_on_cpu(limit + 1)
+  assert not any("callback" in t for t in texts(limit))
+  assert all("callback" in t for t in texts(limit + 1))

@@ -150,3 +150,18 @@ def test_bad_shapes_and_labels():
     metrics.smooth_ece(probs, labels[:5])
   with pytest.raises(ValueError, match="outside"):
     metrics.smooth_ece(probs, np.full(10, 12))
+
+
+def test_top_label_smooth_ece_equals_smooth_ece_of_the_probabilities():
+  rng = np.random.default_rng(12)
+  probs = rng.dirichlet(np.ones(6), size=700).astype(np.float32)
+  labels = rng.integers(0, 6, 700)
+  conf, correct = metrics.confidence_and_correct(probs, labels)
+  mask = rng.uniform(size=700) < 0.7
+  for m in (None, mask):
+    np.testing.assert_allclose(metrics.top_label_smooth_ece(conf, correct, m),
+                               metrics.smooth_ece(probs, labels, m), rtol=1e-6)
+  with pytest.raises(ValueError, match="correct must be bool"):
+    metrics.top_label_smooth_ece(conf, np.asarray(correct, np.int32))
+  with pytest.raises(ValueError, match=r"must both be \[N\]"):
+    metrics.top_label_smooth_ece(conf, correct[:-1])

@@ -54,6 +54,7 @@ from calib_jax.metrics.selective import risk_coverage_curve
 from calib_jax.metrics.selective import selective_summary
 from calib_jax.metrics.smooth import smooth_calibration_curve
 from calib_jax.metrics.smooth import smooth_ece
+from calib_jax.metrics.smooth import top_label_smooth_ece
 from calib_jax.metrics.streaming import StreamingMetrics
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "mce", "mce_from_bins", "nll", "overconfidence", "reliability_bins",
     "reliability_from_bins", "ReliabilityBins", "underconfidence",
     "debiased_ece", "rms_calibration_error", "smooth_calibration_curve", "smooth_ece",
+    "top_label_smooth_ece",
     "bootstrap", "aupr", "auroc", "fpr_at_tpr",
     "confusion_matrix", "iou_from_confusion", "miou", "subsample_pixel_indices",
     "subsample_pixels", "valid_mask",

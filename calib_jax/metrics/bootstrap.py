@@ -26,10 +26,16 @@ near the cost of drawing the indices:
   label 0 (right) or 1 (wrong) — the same value as the probabilities give.
 * On XLA:CPU the resamples run one at a time (`batch_size` 1): vmapped gathers and scatters
   run there several times slower than a loop over them.
-* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: their sort is a host
-  call on CPU (`_ranking`), whose fixed cost (~0.3 ms) outweighs the sort of so few samples,
-  so a chunk of resamples is ranked in one vmapped call and each is then reduced on its own
-  (`selective.ranked_reduction`), as the metric reduces: the same values, bit for bit.
+* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: a chunk of resamples
+  is ranked in one vmapped call and each is then reduced on its own
+  (`selective.ranked_reduction`), as the metric reduces: the same values, bit for bit. Above
+  `_ranking.XLA_SORT_MAX_N` the sort is a host call on CPU, whose fixed cost (~0.3 ms) would
+  outweigh the sort of so few samples if made once per resample.
+* `smooth_ece` (automatic bandwidth) of `(probs, labels)`, or `smooth.top_label_smooth_ece`
+  of `(confidence, correct)`: each resample's grids are built on their own, then the
+  bisections of `_SMOOTH_CHUNK` resamples run together (`smooth.search_bandwidth_batched`),
+  one batched FFT convolution per step instead of one per resample: the same values up to
+  float32 rounding.
 * The index of each draw is `floor(u·n / 2³²)` of one uniform 32-bit word `u` (the product's
   high word, in exact uint32 arithmetic) instead of `jax.random.randint`'s two words and
   modulo, about 2x fewer random bits. An index then has probability `(1 ± ε)/n` with
@@ -60,6 +66,7 @@ _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
 _RANKED_CHUNK_ELEMENTS = 1 << 21  # resampled samples ranked per host call (~8 MB a column)
 _RANKED_MAX_N = 1 << 14  # above, a host call's fixed cost is small beside its sort: one each
+_SMOOTH_CHUNK = 50       # smooth-ECE resamples whose bandwidth searches run batched
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):
@@ -154,8 +161,22 @@ def _ranked_chunk(num_samples: int, n: int) -> int:
   return max(d for d in range(1, min(num_samples, limit) + 1) if num_samples % d == 0)
 
 
-@functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked"))
-def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None):
+def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: int):
+  """Resamples per batched bandwidth search for smooth ECE (its automatic bandwidth) of
+  `(probs, labels)` or `(confidence, correct)`; None for any other metric."""
+  if batch_size is not None or (mask is not None and np.ndim(mask) != 1):
+    return None
+  if not ((metric_fn is smooth.smooth_ece and top_label)
+          or (metric_fn is smooth.top_label_smooth_ece and len(arrays) == 2
+              and all(np.ndim(a) == 1 for a in arrays))):
+    return None
+  return max(d for d in range(1, min(num_samples, _SMOOTH_CHUNK) + 1) if num_samples % d == 0)
+
+
+@functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked",
+                                             "smooth_chunk"))
+def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None,
+               smooth_chunk=None):
   n = arrays[0].shape[0]
   flat_mask = mask is not None and mask.ndim == 1
   if flat_mask:
@@ -177,6 +198,28 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
       return metric(*(_take(a, idx) for a in arrays))
     return metric(*(_take(a, idx) for a in arrays), mask=_take(mask, idx))
 
+  if smooth_chunk is not None:
+    # Smooth ECE: each resample's spectra one at a time (scatters, slow vmapped on XLA:CPU),
+    # then the chunk's bandwidth searches batched (`smooth.search_bandwidth_batched`).
+    def spectra(key):
+      if flat_mask:
+        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
+        resampled_by = resampled_mask
+      else:
+        idx = _draw_indices(key, n, n)
+        resampled_by = None if mask is None else _take(mask, idx)
+      resampled = tuple(_take(a, idx) for a in arrays)
+      if top_label:
+        (packed,) = resampled
+        conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
+      else:
+        conf, correct = smooth.top_label_inputs(*resampled)
+      return smooth.search_spectra(conf, correct, resampled_by)
+
+    def chunk(chunk_keys):
+      return smooth.search_bandwidth_batched(*lax.map(spectra, chunk_keys))[0]
+
+    return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
   if ranked is not None:
     # AURC-type metrics: each chunk's resamples are ranked by one vmapped call (one host sort
     # call on CPU, not one per resample), then each is reduced on its own, as the metric does
@@ -248,8 +291,10 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
       and arrays[0].shape[0] <= _RANKED_MAX_N and (mask is None or mask.ndim == 1)):
     arrays = arrays_lib.flatten_scores_correct(*arrays, None)[:2]  # the metric's own casts
     ranked = _ranked_chunk(num_samples, arrays[0].shape[0])
+  smooth_chunk = _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples)
   batch = batch_size or _batch_size(arrays, mask, num_samples)
-  samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label, ranked)
+  samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label, ranked,
+                       smooth_chunk)
   return _interval(samples, jnp.asarray(value, jnp.float32), confidence)
 
 

@@ -96,8 +96,8 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
   calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
   if name == "ece":
     return jax.jit(lambda c, r: metrics.ece(*_top_label_rows(c, r), num_bins))
-  if name == "smooth_ece":
-    return jax.jit(lambda c, r: metrics.smooth_ece(*_top_label_rows(c, r)))
+  if name == "smooth_ece":  # `bootstrap` batches this one's bandwidth searches
+    return metrics.top_label_smooth_ece
   return metrics.aurc
 
 

@@ -4,8 +4,10 @@ scaling and isotonic regression.
 
 Metrics, for each N and C (float32 probabilities, `bench/common.py`):
 * one read of the probabilities (a jitted XLA sum: the memory-bound floor);
-* smooth ECE: `metrics.smooth_ece` on `[N, C]`; relplot's `smECE` on the float64
-  confidences and correctness (its input; the max/argmax is not timed for it);
+* smooth ECE: `metrics.smooth_ece` on `[N, C]`, and `metrics.top_label_smooth_ece` on the
+  confidences and correctness `[N]`; relplot's `smECE` on the float64 confidences and
+  correctness (its input; the max/argmax is not timed for it), its ratio against
+  `top_label_smooth_ece` (the same inputs) and, in the note, against `smooth_ece`;
   torch-uncertainty's `SmoothCalibrationError(kernel_type="reflected")` (relplot's kernel) on
   `[N, C]`;
 * bootstrap ECE, `--resamples` resamples: `metrics.bootstrap(metrics.ece, probs, labels)`;
@@ -93,9 +95,14 @@ def _metrics_part(c, n, parts, resamples, loop_resamples, repeats, relplot, tu, 
   if "smooth" in parts:
     ours = median_seconds(lambda: metrics.smooth_ece(p, y), repeats)
     _row(c, n, "calib_jax smooth_ece", ours, note=f"{ours / read:.1f}x read")
+    # The same inputs relplot is handed: the top-label confidences and correctness, `[N]`.
+    conf_j, correct_j = jnp.asarray(conf), jnp.asarray(correct)
+    from_conf = median_seconds(lambda: metrics.top_label_smooth_ece(conf_j, correct_j), repeats)
+    _row(c, n, "calib_jax top_label_smooth_ece", from_conf, note="from conf, correct [N]")
     if relplot is not None:
       t = median_seconds(lambda: relplot.smECE(f64, y64), repeats, compiled=False)
-      _row(c, n, "relplot smECE", t, ours, "from conf, correct (float64)")
+      _row(c, n, "relplot smECE", t, from_conf,
+           f"from conf, correct (float64); vs smooth_ece on [N, C]: {t / ours:.1f}x")
     if tu is not None:
       pt, yt = torch.from_numpy(p_np), torch.from_numpy(y_np)
 

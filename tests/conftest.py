@@ -62,6 +62,17 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture(autouse=True)
+def _host_rank_sorts():
+  """Programs run in-process (train.py's and eval.py's `main`) switch the rank metrics to
+  cacheable XLA sorts with their compilation cache (`compilation_cache.enable`); the tests
+  after them get the default back (host sorts: faster to compile, and this run compiles many
+  shapes once each)."""
+  yield
+  from calib_jax import metrics
+  metrics.use_cacheable_cpu_sorts(False)
+
+
+@pytest.fixture(autouse=True)
 def _absl_log_stream():
   """Programs run in-process (train.py's `main`, the demo) send absl's log to their work
   directory's log.txt; the tests after them get the stream they had back."""

@@ -7,6 +7,7 @@ import jax
 import pytest
 
 from calib_jax.cli import compilation_cache
+from calib_jax.metrics import _ranking
 
 
 def test_the_cache_lives_under_the_users_cache_directory():
@@ -35,5 +36,9 @@ def test_the_tests_never_write_to_the_users_cache():
 def test_a_cache_directory_given_to_jax_is_kept(tmp_path, monkeypatch):
   """`enable()` keeps a directory the user gave JAX (tests/conftest.py gives JAX the run's)."""
   monkeypatch.setitem(os.environ, compilation_cache.ENV, str(tmp_path / "ours"))
+  assert not _ranking.xla_sorts_on_cpu(540)  # the default: host sorts, faster to compile
   assert compilation_cache.enable() == jax.config.jax_compilation_cache_dir
   assert not (tmp_path / "ours").exists()
+  # With a cache, the rank metrics' short rows are sorted by XLA, so they are cached too
+  # (tests/conftest.py switches this back after each test).
+  assert _ranking.xla_sorts_on_cpu(540)

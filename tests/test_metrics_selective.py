@@ -231,9 +231,10 @@ def test_large_tie_groups_spread_errors_exactly_in_both_paths():
     np.testing.assert_allclose(np.asarray(cpu[0])[start:start + n_tied], exact, rtol=1.2e-7)
 
 
-def test_small_inputs_compile_without_host_callbacks_when_the_cache_is_on(monkeypatch):
-  """With the persistent compilation cache on, the rank metrics of n ≤ XLA_SORT_MAX_N are
-  pure XLA (cacheable); above it, or with the cache off, a host sort (faster to compile)."""
+def test_small_inputs_compile_without_host_callbacks_when_cacheable_sorts_are_on(monkeypatch):
+  """With `use_cacheable_cpu_sorts(True)` (eval.py's compilation cache), the rank metrics of
+  n ≤ XLA_SORT_MAX_N are pure XLA (cacheable); above it, or by default, a host sort (faster to
+  compile)."""
   def texts(n):
     scores = jnp.linspace(0.0, 1.0, n)
     correct = scores > 0.3
@@ -243,10 +244,10 @@ def test_small_inputs_compile_without_host_callbacks_when_the_cache_is_on(monkey
 
   limit = _ranking.XLA_SORT_MAX_N
   # Shapes traced nowhere else: jit's trace cache does not see the patched setting.
-  monkeypatch.setattr(_ranking, "persistent_cache_on", lambda: False)
+  monkeypatch.setattr(_ranking, "_CACHEABLE_CPU_SORTS", [False])
   assert not _ranking.xla_sorts_on_cpu(limit - 1)
   assert all("callback" in t for t in texts(limit - 1))
-  monkeypatch.setattr(_ranking, "persistent_cache_on", lambda: True)
+  metrics.use_cacheable_cpu_sorts(True)  # on the patched list: undone after the test
   assert _ranking.xla_sorts_on_cpu(limit) and not _ranking.xla_sorts_on_cpu(limit + 1)
   assert not any("callback" in t for t in texts(limit))
   assert all("callback" in t for t in texts(limit + 1))

@@ -27,6 +27,10 @@ Importing this module does nothing; `enable()` is called by each program's `run(
 import importlib.util
 import os
 
+import jax
+
+from calib_jax import metrics
+
 ENV = "CALIB_JAX_COMPILATION_CACHE"
 _OFF = ("off", "0", "false", "no", "none")
 MAX_BYTES = 2 << 30  # the bound with `filelock` installed (JAX evicts the oldest entries)
@@ -47,8 +51,8 @@ def cache_dir(environ: dict[str, str] | None = None) -> str | None:
 def enable(environ: dict[str, str] | None = None) -> str | None:
   """Points JAX's persistent compilation cache at `cache_dir(environ)` and returns the
   directory in use (None when switched off)."""
-  import jax  # Deferred: importing this module stays free.
   if jax.config.jax_compilation_cache_dir:  # The user set one for JAX already: keep it.
+    metrics.use_cacheable_cpu_sorts(True)
     return jax.config.jax_compilation_cache_dir
   path = cache_dir(environ)
   if path is None:
@@ -57,6 +61,9 @@ def enable(environ: dict[str, str] | None = None) -> str | None:
     os.makedirs(path, exist_ok=True)
   except OSError:  # An unwritable home: run without a cache rather than fail.
     return None
+  # The rank metrics' short rows sorted by XLA, so their programs are cached too
+  # (calib_jax.metrics._ranking: slower to compile once, then found by every later process).
+  metrics.use_cacheable_cpu_sorts(True)
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

@@ -12,6 +12,7 @@ from calib_jax.metrics.accumulators import BinnedCalibration
 from calib_jax.metrics.accumulators import ClasswiseCalibration
 from calib_jax.metrics.accumulators import ConfusionMatrix
 from calib_jax.metrics.accumulators import ScalarSums
+from calib_jax.metrics._ranking import use_cacheable_cpu_sorts
 from calib_jax.metrics.bootstrap import bootstrap
 from calib_jax.metrics.calibration import accuracy
 from calib_jax.metrics.calibration import aece
@@ -63,7 +64,7 @@ __all__ = [
     "mce", "mce_from_bins", "nll", "overconfidence", "reliability_bins",
     "reliability_from_bins", "ReliabilityBins", "underconfidence",
     "debiased_ece", "rms_calibration_error", "smooth_calibration_curve", "smooth_ece",
-    "top_label_smooth_ece",
+    "top_label_smooth_ece", "use_cacheable_cpu_sorts",
     "bootstrap", "aupr", "auroc", "fpr_at_tpr",
     "confusion_matrix", "iou_from_confusion", "miou", "subsample_pixel_indices",
     "subsample_pixels", "valid_mask",

@@ -4,10 +4,13 @@ Both need the samples sorted by score with their error/correct bit, and the tie 
 of equal scores). Two paths give the same values (tested, ties included):
 
 * `lax.sort` and binary-free counts (`_sorting.lax_sorted_ties`): on GPU/TPU always, and on
-  CPU for rows of at most `XLA_SORT_MAX_N` samples while JAX's persistent compilation cache
-  is on (`jax_compilation_cache_dir` set, as eval.py does). A program holding only XLA
-  operations is kept in that cache, so a report on a small split compiles these once per
-  machine rather than once per process.
+  CPU for rows of at most `XLA_SORT_MAX_N` samples once `use_cacheable_cpu_sorts(True)` was
+  called (eval.py's and train.py's `compilation_cache.enable` does, with the persistent
+  compilation cache it switches on). A program holding only XLA operations is kept in that
+  cache, so a report on a small split compiles these once per machine rather than once per
+  process. It is opt-in, not tied to `jax_compilation_cache_dir` alone: the first process pays
+  2–4x the compile time, which a program that compiles many shapes once each (a test run, a
+  study) never earns back.
 * numpy through `jax.pure_callback` on CPU otherwise: the data already lives in host memory,
   numpy's SIMD sort of a packed key is 10–30x faster there than XLA:CPU's sort at
   N = 1e4–1e6, and only the small results come back. The callback embeds a per-process
@@ -35,15 +38,21 @@ from calib_jax.metrics import _sorting
 XLA_SORT_MAX_N = 1 << 11
 
 
-def persistent_cache_on() -> bool:
-  """Whether JAX's persistent compilation cache has a directory (read at trace time)."""
-  return bool(jax.config.jax_compilation_cache_dir)
+_CACHEABLE_CPU_SORTS = [False]  # `use_cacheable_cpu_sorts`'s setting, read at trace time
+
+
+def use_cacheable_cpu_sorts(enabled: bool) -> None:
+  """Ranks rows of at most `XLA_SORT_MAX_N` samples by XLA on CPU too (`enabled`), so the rank
+  metrics' programs can be kept in JAX's persistent compilation cache, or by the numpy
+  callback (the default: faster to compile, never cached). Programs already traced keep the
+  path they were traced with."""
+  _CACHEABLE_CPU_SORTS[0] = bool(enabled)
 
 
 def xla_sorts_on_cpu(n: int) -> bool:
   """Whether rows of n samples are ranked by XLA on CPU (see the module docstring): short
-  rows while the persistent compilation cache is on."""
-  return n <= XLA_SORT_MAX_N and persistent_cache_on()
+  rows once `use_cacheable_cpu_sorts(True)` was called."""
+  return n <= XLA_SORT_MAX_N and _CACHEABLE_CPU_SORTS[0]
 
 
 # ------------------------------------------------------------------ tie-aware errors

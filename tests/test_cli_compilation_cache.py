@@ -42,3 +42,4 @@ def test_a_cache_directory_given_to_jax_is_kept(tmp_path, monkeypatch):
   # With a cache, the rank metrics' short rows are sorted by XLA, so they are cached too
   # (tests/conftest.py switches this back after each test).
   assert _ranking.xla_sorts_on_cpu(540)
+  assert compilation_cache.CACHEABLE_SORTS_ENV == _ranking.CACHEABLE_SORTS_ENV

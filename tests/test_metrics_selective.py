@@ -244,10 +244,10 @@ def test_small_inputs_compile_without_host_callbacks_when_cacheable_sorts_are_on
 
   limit = _ranking.XLA_SORT_MAX_N
   # Shapes traced nowhere else: jit's trace cache does not see the patched setting.
-  monkeypatch.setattr(_ranking, "_CACHEABLE_CPU_SORTS", [False])
+  monkeypatch.delenv(_ranking.CACHEABLE_SORTS_ENV, raising=False)
   assert not _ranking.xla_sorts_on_cpu(limit - 1)
   assert all("callback" in t for t in texts(limit - 1))
-  metrics.use_cacheable_cpu_sorts(True)  # on the patched list: undone after the test
+  metrics.use_cacheable_cpu_sorts(True)  # tests/conftest.py switches it off after the test
   assert _ranking.xla_sorts_on_cpu(limit) and not _ranking.xla_sorts_on_cpu(limit + 1)
   assert not any("callback" in t for t in texts(limit))
   assert all("callback" in t for t in texts(limit + 1))

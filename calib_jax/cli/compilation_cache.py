@@ -27,12 +27,11 @@ Importing this module does nothing; `enable()` is called by each program's `run(
 import importlib.util
 import os
 
-import jax
-
-from calib_jax import metrics
-
 ENV = "CALIB_JAX_COMPILATION_CACHE"
 _OFF = ("off", "0", "false", "no", "none")
+# calib_jax.metrics.use_cacheable_cpu_sorts(True), set without importing JAX (that module's
+# CACHEABLE_SORTS_ENV): the rank metrics' short rows sorted by XLA, so they are cached too.
+CACHEABLE_SORTS_ENV = "CALIB_JAX_CACHEABLE_SORTS"
 MAX_BYTES = 2 << 30  # the bound with `filelock` installed (JAX evicts the oldest entries)
 
 
@@ -51,8 +50,9 @@ def cache_dir(environ: dict[str, str] | None = None) -> str | None:
 def enable(environ: dict[str, str] | None = None) -> str | None:
   """Points JAX's persistent compilation cache at `cache_dir(environ)` and returns the
   directory in use (None when switched off)."""
+  import jax  # Deferred: importing this module stays free.
   if jax.config.jax_compilation_cache_dir:  # The user set one for JAX already: keep it.
-    metrics.use_cacheable_cpu_sorts(True)
+    os.environ[CACHEABLE_SORTS_ENV] = "1"
     return jax.config.jax_compilation_cache_dir
   path = cache_dir(environ)
   if path is None:
@@ -63,7 +63,7 @@ def enable(environ: dict[str, str] | None = None) -> str | None:
     return None
   # The rank metrics' short rows sorted by XLA, so their programs are cached too
   # (calib_jax.metrics._ranking: slower to compile once, then found by every later process).
-  metrics.use_cacheable_cpu_sorts(True)
+  os.environ[CACHEABLE_SORTS_ENV] = "1"
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

@@ -21,6 +21,7 @@ of equal scores). Two paths give the same values (tested, ties included):
 Keys are uint32 from `_sorting.monotone_key`; key 0 marks a masked-out entry.
 """
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,10 @@ from calib_jax.metrics import _sorting
 XLA_SORT_MAX_N = 1 << 11
 
 
-_CACHEABLE_CPU_SORTS = [False]  # `use_cacheable_cpu_sorts`'s setting, read at trace time
+# `use_cacheable_cpu_sorts`'s setting, read at trace time. An environment variable, so that
+# calib_jax.cli.compilation_cache can switch it on without importing JAX (its programs set
+# TF_CPP_MIN_LOG_LEVEL before JAX or TensorFlow load) and the programs it starts inherit it.
+CACHEABLE_SORTS_ENV = "CALIB_JAX_CACHEABLE_SORTS"
 
 
 def use_cacheable_cpu_sorts(enabled: bool) -> None:
@@ -46,13 +50,16 @@ def use_cacheable_cpu_sorts(enabled: bool) -> None:
   metrics' programs can be kept in JAX's persistent compilation cache, or by the numpy
   callback (the default: faster to compile, never cached). Programs already traced keep the
   path they were traced with."""
-  _CACHEABLE_CPU_SORTS[0] = bool(enabled)
+  if enabled:
+    os.environ[CACHEABLE_SORTS_ENV] = "1"
+  else:
+    os.environ.pop(CACHEABLE_SORTS_ENV, None)
 
 
 def xla_sorts_on_cpu(n: int) -> bool:
   """Whether rows of n samples are ranked by XLA on CPU (see the module docstring): short
   rows once `use_cacheable_cpu_sorts(True)` was called."""
-  return n <= XLA_SORT_MAX_N and _CACHEABLE_CPU_SORTS[0]
+  return n <= XLA_SORT_MAX_N and os.environ.get(CACHEABLE_SORTS_ENV) == "1"
 
 
 # ------------------------------------------------------------------ tie-aware errors

@@ -51,22 +51,21 @@ def enable(environ: dict[str, str] | None = None) -> str | None:
   """Points JAX's persistent compilation cache at `cache_dir(environ)` and returns the
   directory in use (None when switched off)."""
   import jax  # Deferred: importing this module stays free.
-  if jax.config.jax_compilation_cache_dir:  # The user set one for JAX already: keep it.
-    os.environ[CACHEABLE_SORTS_ENV] = "1"
-    return jax.config.jax_compilation_cache_dir
-  path = cache_dir(environ)
-  if path is None:
-    return None
-  try:
-    os.makedirs(path, exist_ok=True)
-  except OSError:  # An unwritable home: run without a cache rather than fail.
-    return None
-  # The rank metrics' short rows sorted by XLA, so their programs are cached too
+  path = jax.config.jax_compilation_cache_dir  # one the user set for JAX already: kept
+  if not path:
+    path = cache_dir(environ)
+    if path is None:
+      return None
+    try:
+      os.makedirs(path, exist_ok=True)
+    except OSError:  # An unwritable home: run without a cache rather than fail.
+      return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    if importlib.util.find_spec("filelock") is not None:  # JAX's lock needs it (docstring)
+      jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  # With a cache, the rank metrics' short rows sorted by XLA, so their programs are cached too
   # (calib_jax.metrics._ranking: slower to compile once, then found by every later process).
   os.environ[CACHEABLE_SORTS_ENV] = "1"
-  jax.config.update("jax_compilation_cache_dir", path)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-  if importlib.util.find_spec("filelock") is not None:  # JAX's lock needs it (module docstring)
-    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   return path

@@ -94,16 +94,29 @@ class _DrainingEventLoop(asyncio.SelectorEventLoop):
   """An event loop that, when closed, first lets its unfinished tasks end and takes their
   exceptions. When one array read of a checkpoint fails, orbax's `asyncio.gather` raises at once
   and its runner closes the loop while tensorstore still completes the checkpoint's other reads:
-  each would print a traceback ("Event loop is closed", "Task exception was never retrieved")."""
+  each would print a traceback ("Event loop is closed", "Task exception was never retrieved").
+  Every task the loop made is kept: one that failed *before* the close is no longer among
+  `asyncio.all_tasks` (unfinished tasks only), and its exception, never taken, would be printed
+  when it is collected."""
+
+  def __init__(self) -> None:
+    super().__init__()
+    self._tasks: list[asyncio.Task] = []
+
+  def create_task(self, coro, **kwargs) -> asyncio.Task:
+    task = super().create_task(coro, **kwargs)
+    self._tasks.append(task)
+    return task
 
   def close(self) -> None:
     if not self.is_running() and not self.is_closed():
-      pending = asyncio.all_tasks(self)
+      pending = [task for task in self._tasks if not task.done()]
       if pending:
         self.run_until_complete(asyncio.wait(pending, timeout=_DRAIN_SECONDS))
-        for task in pending:
-          if task.done() and not task.cancelled():
-            task.exception()  # retrieved: a failed read was already reported by the first one
+      for task in self._tasks:
+        if task.done() and not task.cancelled():
+          task.exception()  # retrieved: a failed read was already reported by the first one
+      self._tasks.clear()
     super().close()
 
 

@@ -89,29 +89,47 @@ def spread_tie_errors(above, taken, group_errors, size, xp):
   return xp.where(exact, exact_value, rounded_value)
 
 
+def _tie_runs(linked: np.ndarray):
+  """`(starts, sizes)` of the runs of equal keys from `linked`, the ascending positions i whose
+  key equals the next one's.
+
+  Only the tied entries are visited, not every tie group: at N = 1e6 the bookkeeping of all N
+  groups cost more than the sort.
+  """
+  if linked.size == 0:
+    return linked, linked
+  new_run = np.empty(linked.size, bool)
+  new_run[0] = True
+  np.not_equal(linked[1:], linked[:-1] + 1, out=new_run[1:])
+  first = np.flatnonzero(new_run)
+  starts = linked[first]
+  ends = linked[np.append(first[1:], linked.size) - 1] + 2   # exclusive
+  return starts, ends - starts
+
+
 def _numpy_tie_errors(key: np.ndarray, bit: np.ndarray):
-  keys, bits = _sorting.numpy_sort_with_bit(key, bit)
-  keys, bits = keys[::-1], bits[::-1]                  # descending; masked (key 0) last
+  keys, bits = _sorting.numpy_sort_with_bit(key, bit)  # ascending; masked (key 0) first
   n_total = keys.shape[0]
-  cum = np.cumsum(bits, dtype=np.int64)
+  # Descending order. The running count in int32 (exact for any N of an int32 array, and
+  # its float32 value is the int64's), on a contiguous copy.
+  cum = np.cumsum(bits[::-1], dtype=np.int32)
   errors = cum.astype(np.float32)                      # exact wherever there is no tie
+  same_ascending = keys[1:] == keys[:-1]
   boundary = np.empty(n_total, bool)
   boundary[-1] = True
-  np.not_equal(keys[1:], keys[:-1], out=boundary[:-1])
-  if not boundary.all():
+  np.logical_not(same_ascending[::-1], out=boundary[:-1])
+  # Positions i (descending order) tied to i + 1, from the ascending array's contiguous scan.
+  starts, size = _tie_runs((n_total - 2 - np.flatnonzero(same_ascending))[::-1])
+  if size.size:
     # Spread each tie group's errors evenly over its members.
-    starts = np.flatnonzero(np.concatenate([[True], boundary[:-1]]))
-    ends = np.append(starts[1:], n_total)
-    size = ends - starts
-    tied = size > 1
-    starts, ends, size = starts[tied], ends[tied], size[tied]
+    ends = starts + size
     base = np.where(starts > 0, cum[starts - 1], 0)
     offsets = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
     positions = np.repeat(starts, size) + offsets
     errors[positions] = spread_tie_errors(np.repeat(base, size), offsets + 1,
                                           np.repeat(cum[ends - 1] - base, size),
                                           np.repeat(size, size), np)
-  valid = n_total - int(np.count_nonzero(keys == 0))
+  valid = n_total - int(np.searchsorted(keys, 1))      # masked entries sort first
   errors[valid:] = 0.0
   boundary[valid:] = False
   return errors, boundary
@@ -175,20 +193,30 @@ def group_starts(n, num_bins: int, xp):
   return xp.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
 
 
+def _counts_before(bits: np.ndarray, positions: np.ndarray) -> np.ndarray:
+  """`bits[:j].sum()` for each j in `positions` (int64), by one `add.reduceat` pass between the
+  sorted distinct positions rather than a running count of every entry."""
+  total = bits.shape[0]
+  cuts = np.unique(np.concatenate([[0], positions[positions < total]]))
+  before = np.concatenate([[0], np.cumsum(np.add.reduceat(bits, cuts, dtype=np.int64))])
+  # before[i] counts bits[:cuts[i]] (cuts[i] = total reads the last entry, the sum of all).
+  return before[np.searchsorted(np.append(cuts, total), positions)]
+
+
 def _numpy_adaptive_groups(key: np.ndarray, bit: np.ndarray, num_bins: int):
   keys, bits = _sorting.numpy_sort_with_bit(key, bit)
   total = keys.shape[0]
   offset = int(np.searchsorted(keys, 1))                # masked entries (key 0) come first
   split = offset + group_starts(total - offset, num_bins, np)
-  cum = np.concatenate([[0], np.cumsum(bits, dtype=np.int64)])
   # A run of equal confidences cut by a split point gives each side its mean accuracy.
   inner = np.clip(split, 1, total - 1)
   cut = (split > offset) & (split < total) & (keys[inner - 1] == keys[inner])
   lo = np.searchsorted(keys, keys[inner], side="left")
   hi = np.searchsorted(keys, keys[inner], side="right")
+  cum_split, cum_lo, cum_hi = np.split(_counts_before(bits, np.concatenate([split, lo, hi])), 3)
   # float32 fractional parts beside exact integer counts, as the lax path computes them.
-  tie_mean = (cum[hi] - cum[lo]).astype(np.float32) / np.maximum(hi - lo, 1).astype(np.float32)
-  whole = np.where(cut, cum[lo], cum[split])
+  tie_mean = (cum_hi - cum_lo).astype(np.float32) / np.maximum(hi - lo, 1).astype(np.float32)
+  whole = np.where(cut, cum_lo, cum_split)
   frac = np.where(cut, (split - lo).astype(np.float32) * tie_mean, np.float32(0))
   # Confidences are non-negative, so their keys are the float bits with the sign bit set.
   conf = (keys & np.uint32(0x7FFFFFFF)).view(np.float32)

@@ -209,6 +209,48 @@ def test_numpy_and_lax_ranking_paths_agree(masked):
   np.testing.assert_array_equal(t.bits_below, [0, 0, 0, 1, 2])
 
 
+
+def test_tie_runs_and_counts_before_on_hand_cases():
+  # Positions 0-1-2 tied (one run of 3), 4-5 (2), 7-8-9-10 (4).
+  starts, sizes = _ranking._tie_runs(np.array([0, 1, 4, 7, 8, 9]))  # pylint: disable=protected-access
+  np.testing.assert_array_equal(starts, [0, 4, 7])
+  np.testing.assert_array_equal(sizes, [3, 2, 4])
+  assert _ranking._tie_runs(np.array([], np.int64))[0].size == 0  # pylint: disable=protected-access
+  bits = np.random.default_rng(6).integers(0, 2, 50).astype(np.int32)
+  positions = np.array([0, 50, 7, 7, 49, 1, 0, 23])    # unsorted, repeated, both ends
+  running = np.concatenate([[0], np.cumsum(bits)])
+  np.testing.assert_array_equal(_ranking._counts_before(bits, positions), running[positions])  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("pattern", ["pairs", "spanning", "masked_spanning"])
+def test_host_and_lax_paths_agree_above_the_xla_threshold(pattern):
+  # The host path's tie bookkeeping visits only the tied entries: isolated pairs among distinct
+  # scores, and one run of equal scores that spans several AECE groups (n = 3000, 15 groups
+  # of 200: the run of 700 covers three boundaries), give the lax path's values to the bit.
+  n = 3000
+  rng = np.random.default_rng(7)
+  scores = rng.random(n).astype(np.float32)
+  if pattern == "pairs":
+    scores[1::7] = scores[::7][:len(scores[1::7])]
+  else:
+    scores[rng.permutation(n)[:700]] = np.float32(0.41)
+  bit = (rng.random(n) < 0.4).astype(np.uint8)
+  key = np.asarray(_sorting.monotone_key(scores))
+  if pattern == "masked_spanning":
+    valid = rng.random(n) < 0.8
+    key, bit = np.where(valid, key, 0).astype(np.uint32), bit * valid
+  bit = bit.astype(np.uint8)
+  rank_key = np.where(key > 0, np.maximum(key, 1), 0).astype(np.uint32)
+  host = jax.jit(_ranking._callback_tie_errors)(rank_key, bit)  # pylint: disable=protected-access
+  lax_path = jax.jit(_ranking._lax_tie_errors)(rank_key, bit)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(host[0], lax_path[0])
+  np.testing.assert_array_equal(host[1], lax_path[1])
+  for num_bins in (15, 4):
+    host = jax.jit(_ranking._callback_adaptive_groups, static_argnums=2)(key, bit, num_bins)  # pylint: disable=protected-access
+    lax_path = jax.jit(_ranking._lax_adaptive_groups, static_argnums=2)(key, bit, num_bins)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(host[0], lax_path[0])
+    np.testing.assert_allclose(host[1], lax_path[1], rtol=1e-6)
+
 def test_large_tie_groups_spread_errors_exactly_in_both_paths():
   # One tie group of 3000 (products up to 3000² would round in float32) and one of 70000
   # (past the int32 product, the float32 formula): numpy and XLA still agree to the bit.

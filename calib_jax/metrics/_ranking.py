@@ -219,7 +219,7 @@ def _numpy_adaptive_groups(key: np.ndarray, bit: np.ndarray, num_bins: int):
   whole = np.where(cut, cum_lo, cum_split)
   frac = np.where(cut, (split - lo).astype(np.float32) * tie_mean, np.float32(0))
   # Confidences are non-negative, so their keys are the float bits with the sign bit set.
-  conf = (keys & np.uint32(0x7FFFFFFF)).view(np.float32)
+  conf = np.bitwise_and(keys, np.uint32(0x7FFFFFFF), out=keys).view(np.float32)  # keys: done
   conf_sums = [np.sum(conf[a:b], dtype=np.float64) for a, b in zip(split[:-1], split[1:])]
   return (np.diff(whole).astype(np.float32) + np.diff(frac), np.asarray(conf_sums, np.float32))
 

@@ -293,3 +293,32 @@ def test_small_inputs_compile_without_host_callbacks_when_cacheable_sorts_are_on
   assert _ranking.xla_sorts_on_cpu(limit) and not _ranking.xla_sorts_on_cpu(limit + 1)
   assert not any("callback" in t for t in texts(limit))
   assert all("callback" in t for t in texts(limit + 1))
+
+
+@pytest.mark.parametrize("cacheable", [False, True])
+def test_rank_summary_equals_aece_and_selective_summary(cacheable, monkeypatch):
+  """One sort for AECE and the selective metrics gives what the two calls give: the host path
+  (the default) and, with cacheable sorts on (n ≤ XLA_SORT_MAX_N), the XLA path."""
+  monkeypatch.delenv(_ranking.CACHEABLE_SORTS_ENV, raising=False)
+  if cacheable:
+    metrics.use_cacheable_cpu_sorts(True)  # tests/conftest.py switches it off after the test
+  rng = np.random.default_rng(8)
+  n, c = 600 + cacheable, 5                 # shapes traced nowhere else (trace-time switch)
+  probs = rng.dirichlet(np.full(c, 0.3), n).astype(np.float32)
+  probs = np.round(probs, 2).astype(np.float32)          # tie runs, cut by AECE's groups
+  labels = np.where(rng.random(n) < 0.7, probs.argmax(1), rng.integers(0, c, n))
+  conf, correct = metrics.confidence_and_correct(probs, labels)
+  mask = rng.random(n) < 0.8
+  for kw in ({}, {"mask": mask}):
+    for norm, num_bins in (("l1", 15), ("max", 7)):
+      summary = metrics.rank_summary(conf, correct, num_bins=num_bins, norm=norm,
+                                     risks=RISKS, coverages=COVERAGES, **kw)
+      np.testing.assert_allclose(summary["aece"], metrics.aece(probs, labels, num_bins,
+                                                               norm=norm, **kw), atol=1e-7)
+      expected = metrics.selective_summary(conf, correct, risks=RISKS, coverages=COVERAGES, **kw)
+      assert sorted(summary) == sorted([*expected, "aece"])
+      for key, value in expected.items():
+        np.testing.assert_allclose(summary[key], value, atol=1e-7, err_msg=key)
+  assert float(metrics.rank_summary(conf, ~np.asarray(correct))["aece"]) > 0.3  # it can fail
+  with pytest.raises(ValueError, match="norm"):
+    metrics.rank_summary(conf, correct, norm="l3")

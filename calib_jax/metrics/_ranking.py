@@ -108,7 +108,11 @@ def _tie_runs(linked: np.ndarray):
 
 
 def _numpy_tie_errors(key: np.ndarray, bit: np.ndarray):
-  keys, bits = _sorting.numpy_sort_with_bit(key, bit)  # ascending; masked (key 0) first
+  return _tie_errors_of_sorted(*_sorting.numpy_sort_with_bit(key, bit))
+
+
+def _tie_errors_of_sorted(keys: np.ndarray, bits: np.ndarray):
+  """`_numpy_tie_errors` of keys sorted ascending (masked, key 0, first) and their bits."""
   n_total = keys.shape[0]
   # Descending order. The running count in int32 (exact for any N of an int32 array, and
   # its float32 value is the int64's), on a contiguous copy.
@@ -204,7 +208,14 @@ def _counts_before(bits: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 
 def _numpy_adaptive_groups(key: np.ndarray, bit: np.ndarray, num_bins: int):
-  keys, bits = _sorting.numpy_sort_with_bit(key, bit)
+  return _adaptive_groups_of_sorted(*_sorting.numpy_sort_with_bit(key, bit), num_bins)
+
+
+def _adaptive_groups_of_sorted(keys: np.ndarray, bits: np.ndarray, num_bins: int,
+                               bits_are_errors: bool = False):
+  """`_numpy_adaptive_groups` of confidence keys sorted ascending (masked, key 0, first) and
+  their correct bits, or their error bits (`bits_are_errors`: the correct ones are counted as
+  the valid entries less the errors, the same integers)."""
   total = keys.shape[0]
   offset = int(np.searchsorted(keys, 1))                # masked entries (key 0) come first
   split = offset + group_starts(total - offset, num_bins, np)
@@ -213,7 +224,11 @@ def _numpy_adaptive_groups(key: np.ndarray, bit: np.ndarray, num_bins: int):
   cut = (split > offset) & (split < total) & (keys[inner - 1] == keys[inner])
   lo = np.searchsorted(keys, keys[inner], side="left")
   hi = np.searchsorted(keys, keys[inner], side="right")
-  cum_split, cum_lo, cum_hi = np.split(_counts_before(bits, np.concatenate([split, lo, hi])), 3)
+  positions = np.concatenate([split, lo, hi])
+  before = _counts_before(bits, positions)
+  if bits_are_errors:
+    before = np.maximum(positions - offset, 0) - before
+  cum_split, cum_lo, cum_hi = np.split(before, 3)
   # float32 fractional parts beside exact integer counts, as the lax path computes them.
   tie_mean = (cum_hi - cum_lo).astype(np.float32) / np.maximum(hi - lo, 1).astype(np.float32)
   whole = np.where(cut, cum_lo, cum_split)
@@ -276,3 +291,43 @@ def adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
   return lax.platform_dependent(
       key, bit, cpu=functools.partial(_callback_adaptive_groups, num_bins=num_bins),
       default=functools.partial(_lax_adaptive_groups, num_bins=num_bins))
+
+
+# ------------------------------------------------------------------ both from one sort
+def _numpy_ranked_and_groups(key: np.ndarray, error: np.ndarray, num_bins: int):
+  """`_numpy_tie_errors(key, error)` and `_numpy_adaptive_groups(key, ~error)` from one sort
+  (equal to the bit: AECE's values count each tie group, whatever the order inside it)."""
+  keys, bits = _sorting.numpy_sort_with_bit(key, error)
+  errors, boundary = _tie_errors_of_sorted(keys, bits)
+  hits, conf_sums = _adaptive_groups_of_sorted(keys, bits, num_bins, bits_are_errors=True)
+  return errors, boundary, hits, conf_sums
+
+
+def _callback_ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
+  shape = key.shape
+  groups = jax.ShapeDtypeStruct(shape[:-1] + (num_bins,), jnp.float32)
+  out = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct(shape, jnp.bool_),
+         groups, groups)
+  return jax.pure_callback(functools.partial(_by_rows, _numpy_ranked_and_groups,
+                                             num_bins=num_bins), out,
+                           key, error, vmap_method="broadcast_all")
+
+
+def _lax_ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
+  correct = jnp.where(key != 0, 1 - error, 0).astype(jnp.uint8)
+  return (*_lax_tie_errors(key, error), *_lax_adaptive_groups(key, correct, num_bins))
+
+
+def ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
+  """`tie_errors(key, error)` and `adaptive_groups(key, correct, num_bins)` of the same
+  confidence keys (0: masked out; `error` 0 there), from one sort on CPU.
+
+  Returns:
+    `(errors f32 [N], boundary bool [N], hits f32 [B], confidence_sums f32 [B])`.
+  """
+  key, error = key.astype(jnp.uint32), error.astype(jnp.uint8)
+  if xla_sorts_on_cpu(key.shape[-1]):
+    return _lax_ranked_and_groups(key, error, num_bins)
+  return lax.platform_dependent(
+      key, error, cpu=functools.partial(_callback_ranked_and_groups, num_bins=num_bins),
+      default=functools.partial(_lax_ranked_and_groups, num_bins=num_bins))

@@ -19,6 +19,8 @@ of equal scores). Two paths give the same values (tested, ties included):
   cache they are the cheaper choice at any n.
 
 Keys are uint32 from `_sorting.monotone_key`; key 0 marks a masked-out entry.
+`ranked_and_groups` gives AECE's groups and the tie-aware errors of the same confidences from
+one sort (`metrics.rank_summary`).
 """
 import functools
 import os
@@ -114,8 +116,8 @@ def _numpy_tie_errors(key: np.ndarray, bit: np.ndarray):
 def _tie_errors_of_sorted(keys: np.ndarray, bits: np.ndarray):
   """`_numpy_tie_errors` of keys sorted ascending (masked, key 0, first) and their bits."""
   n_total = keys.shape[0]
-  # Descending order. The running count in int32 (exact for any N of an int32 array, and
-  # its float32 value is the int64's), on a contiguous copy.
+  # Descending order. The running count in int32: exact for any N of an int32 array, and its
+  # float32 value is the int64's.
   cum = np.cumsum(bits[::-1], dtype=np.int32)
   errors = cum.astype(np.float32)                      # exact wherever there is no tie
   same_ascending = keys[1:] == keys[:-1]

@@ -16,16 +16,29 @@ Metrics, for each N and C (float32 probabilities, `bench/common.py`):
   (a smooth-ECE bootstrap, relplot has none built in). The loops are timed on
   `--loop-resamples` resamples and scaled to `--resamples`.
 
+Rank metrics (`--parts=rank`), each against one read of `[N, C]` (issue 46's goal: within 10×):
+`metrics.aece` and `metrics.classwise_ece` on `(probs, labels)`; `metrics.aurc` as the report
+calls it, on the top-label confidences and correctness `[N]` (computed beforehand, untimed),
+and from `[N, C]` (the max/argmax and the sort in one jitted call); `metrics.selective_summary`
+on `[N]`; AECE and the selective summary as two calls and as `metrics.rank_summary` (one
+sort); `metrics.ece` beside them for scale.
+
 Fits (`--fit-sizes`, `--fit-classes`; logits from `bench/posthoc_speed.py`'s generator):
 `posthoc.fit_calibrator("vector" | "matrix" | "isotonic")` against torch-uncertainty's
 `VectorScaler` / `MatrixScaler` (L-BFGS, 100 iterations, as shipped) / `IsotonicRegressionScaler`
-and scikit-learn's `IsotonicRegression` on the top-label confidences.
+and scikit-learn's `IsotonicRegression` on the top-label confidences. One-vs-rest isotonic
+(`--parts=ovr`, `--ovr-sizes` at `--ovr-classes`): `posthoc.isotonic.fit_isotonic_ovr` (what
+`fit_calibrator("isotonic_ovr")` fits before compressing the tables) from the logits
+against one scikit-learn `IsotonicRegression(out_of_bounds="clip")` per class on precomputed
+float64 probabilities (what `CalibratedClassifierCV(method="isotonic")` fits).
 
 Median seconds of `--repeats` runs after a warm-up (compilation excluded). The reference
 libraries are a `bench` extra (never imported by the tests); a missing one is reported and
 skipped. The machine's load average is printed with every table row.
 
   .venv/bin/python bench/toolkit_speed.py --sizes=1e5,1e6 --classes=10,1000
+  .venv/bin/python bench/toolkit_speed.py --parts=rank --sizes=1e5,1e6 --classes=10 --repeats=5
+  .venv/bin/python bench/toolkit_speed.py --parts=ovr --ovr-sizes=1e4,2.5e4
   .venv/bin/python bench/toolkit_speed.py --quick
 """
 import importlib
@@ -39,6 +52,7 @@ import numpy as np
 
 from calib_jax import metrics
 from calib_jax import posthoc
+from calib_jax.posthoc import isotonic
 from common import (machine, median_seconds, np_ece, overconfident_logits,  # bench/: the script's folder
                     probabilities)
 
@@ -52,7 +66,11 @@ _FIT_SIZES = flags.DEFINE_string("fit-sizes", "1e5,1e6", "comma-separated N of t
 _FIT_CLASSES = flags.DEFINE_string("fit-classes", "10,100", "comma-separated C of the fits")
 _TORCH_MAX_GB = flags.DEFINE_float("torch-max-gb", 1.2, "skip torch-uncertainty's metrics above "
                                    "this many GB of probabilities (it copies them per resample)")
-_PARTS = flags.DEFINE_string("parts", "smooth,bootstrap,fit", "comma-separated parts to run")
+_OVR_SIZES = flags.DEFINE_string("ovr-sizes", "1e4,2.5e4", "comma-separated N of the "
+                                  "one-vs-rest isotonic fits")
+_OVR_CLASSES = flags.DEFINE_integer("ovr-classes", 1000, "C of the one-vs-rest isotonic fits")
+_PARTS = flags.DEFINE_string("parts", "smooth,bootstrap,fit", "comma-separated parts to run: "
+                             "smooth, bootstrap, fit, rank, ovr")
 _QUICK = flags.DEFINE_boolean("quick", False, "N=1e4, C=10, 20 resamples, 1 repeat")
 
 
@@ -70,7 +88,8 @@ def _load() -> str:
 
 def _row(c, n, method, seconds, ours=None, note=""):
   ratio = "" if ours is None else f"{seconds / ours:.1f}x"
-  print(f"| {c} | {n:.0e} | {method} | {seconds:.4f} | {ratio} | {_load()} | {note} |",
+  size = f"{n:.0e}" if float(f"{n:.0e}") == n else f"{n:,}"
+  print(f"| {c} | {size} | {method} | {seconds:.4f} | {ratio} | {_load()} | {note} |",
         flush=True)
 
 
@@ -181,6 +200,47 @@ def _fit_part(n, c, repeats, tu, torch, sklearn_isotonic):
          "confidences precomputed")
 
 
+def _rank_part(c, n, repeats):
+  p_np, y_np = probabilities(n, c)
+  p, y = jnp.asarray(p_np), jnp.asarray(y_np.astype(np.int32))
+  read = median_seconds(lambda f=jax.jit(jnp.sum): f(p), repeats)
+  _row(c, n, "read (XLA sum of probs)", read, note="memory-bound floor")
+  conf, correct = jax.block_until_ready(jax.jit(metrics.confidence_and_correct)(p, y))
+  aurc_of_probs = jax.jit(lambda p, y: metrics.aurc(*metrics.confidence_and_correct(p, y)))
+  for name, fn in (("ece(probs, labels)", lambda: metrics.ece(p, y)),
+                   ("aece(probs, labels)", lambda: metrics.aece(p, y)),
+                   ("aurc(confidence, correct)", lambda: metrics.aurc(conf, correct)),
+                   ("aurc of [N, C] (max/argmax + sort, one jit)", lambda: aurc_of_probs(p, y)),
+                   ("classwise_ece(probs, labels)", lambda: metrics.classwise_ece(p, y)),
+                   ("selective_summary(confidence, correct)",
+                    lambda: metrics.selective_summary(conf, correct)),
+                   ("aece + selective_summary, two calls",
+                    lambda: (metrics.aece(p, y), metrics.selective_summary(conf, correct))),
+                   ("rank_summary(confidence, correct): both, one sort",
+                    lambda: metrics.rank_summary(conf, correct))):
+    t = median_seconds(fn, repeats)
+    _row(c, n, f"calib_jax {name}", t, note=f"{t / read:.1f}x read")
+
+
+def _ovr_part(n, c, repeats, sklearn_isotonic):
+  logits, labels = overconfident_logits(n, c)
+  ours = median_seconds(lambda: isotonic.fit_isotonic_ovr(logits, labels)["fitted"], repeats)
+  _row(c, n, "calib_jax posthoc.isotonic.fit_isotonic_ovr", ours, note="from the logits")
+  if sklearn_isotonic is not None:
+    z = logits.astype(np.float64)
+    q = np.exp(z - z.max(1, keepdims=True))
+    q /= q.sum(1, keepdims=True)
+    targets = labels[:, None] == np.arange(c)
+
+    def sklearn_ovr():
+      return [sklearn_isotonic(out_of_bounds="clip").fit(q[:, k], targets[:, k])
+              for k in range(c)]
+
+    t = median_seconds(sklearn_ovr, repeats, compiled=False)
+    _row(c, n, f"scikit-learn IsotonicRegression.fit x {c} classes (float64)", t, ours,
+         "probabilities precomputed")
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -207,6 +267,15 @@ def main(argv: list[str]) -> None:
       for n in (int(float(x)) for x in sizes.split(",")):
         _metrics_part(c, n, parts, resamples, loop_resamples, repeats, relplot, tu_metrics,
                       torch)
+  if "rank" in parts:
+    for c in (int(x) for x in classes.split(",")):
+      for n in (int(float(x)) for x in sizes.split(",")):
+        _rank_part(c, n, repeats)
+  if "ovr" in parts:
+    ovr_sizes = "1e3" if _QUICK.value else _OVR_SIZES.value
+    ovr_classes = 10 if _QUICK.value else _OVR_CLASSES.value
+    for n in (int(float(x)) for x in ovr_sizes.split(",")):
+      _ovr_part(n, ovr_classes, repeats, sklearn_isotonic)
   if "fit" in parts:
     for c in (int(x) for x in fit_classes.split(",")):
       for n in (int(float(x)) for x in fit_sizes.split(",")):

@@ -209,6 +209,48 @@ def test_numpy_and_lax_ranking_paths_agree(masked):
   np.testing.assert_array_equal(t.bits_below, [0, 0, 0, 1, 2])
 
 
+
+def test_tie_runs_and_counts_before_on_hand_cases():
+  # Positions 0-1-2 tied (one run of 3), 4-5 (2), 7-8-9-10 (4).
+  starts, sizes = _ranking._tie_runs(np.array([0, 1, 4, 7, 8, 9]))  # pylint: disable=protected-access
+  np.testing.assert_array_equal(starts, [0, 4, 7])
+  np.testing.assert_array_equal(sizes, [3, 2, 4])
+  assert _ranking._tie_runs(np.array([], np.int64))[0].size == 0  # pylint: disable=protected-access
+  bits = np.random.default_rng(6).integers(0, 2, 50).astype(np.int32)
+  positions = np.array([0, 50, 7, 7, 49, 1, 0, 23])    # unsorted, repeated, both ends
+  running = np.concatenate([[0], np.cumsum(bits)])
+  np.testing.assert_array_equal(_ranking._counts_before(bits, positions), running[positions])  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("pattern", ["pairs", "spanning", "masked_spanning"])
+def test_host_and_lax_paths_agree_above_the_xla_threshold(pattern):
+  # The host path's tie bookkeeping visits only the tied entries: isolated pairs among distinct
+  # scores, and one run of equal scores that spans several AECE groups (n = 3000, 15 groups
+  # of 200: the run of 700 covers three boundaries), give the lax path's values to the bit.
+  n = 3000
+  rng = np.random.default_rng(7)
+  scores = rng.random(n).astype(np.float32)
+  if pattern == "pairs":
+    scores[1::7] = scores[::7][:len(scores[1::7])]
+  else:
+    scores[rng.permutation(n)[:700]] = np.float32(0.41)
+  bit = (rng.random(n) < 0.4).astype(np.uint8)
+  key = np.asarray(_sorting.monotone_key(scores))
+  if pattern == "masked_spanning":
+    valid = rng.random(n) < 0.8
+    key, bit = np.where(valid, key, 0).astype(np.uint32), bit * valid
+  bit = bit.astype(np.uint8)
+  rank_key = np.where(key > 0, np.maximum(key, 1), 0).astype(np.uint32)
+  host = jax.jit(_ranking._callback_tie_errors)(rank_key, bit)  # pylint: disable=protected-access
+  lax_path = jax.jit(_ranking._lax_tie_errors)(rank_key, bit)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(host[0], lax_path[0])
+  np.testing.assert_array_equal(host[1], lax_path[1])
+  for num_bins in (15, 4):
+    host = jax.jit(_ranking._callback_adaptive_groups, static_argnums=2)(key, bit, num_bins)  # pylint: disable=protected-access
+    lax_path = jax.jit(_ranking._lax_adaptive_groups, static_argnums=2)(key, bit, num_bins)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(host[0], lax_path[0])
+    np.testing.assert_allclose(host[1], lax_path[1], rtol=1e-6)
+
 def test_large_tie_groups_spread_errors_exactly_in_both_paths():
   # One tie group of 3000 (products up to 3000² would round in float32) and one of 70000
   # (past the int32 product, the float32 formula): numpy and XLA still agree to the bit.
@@ -251,3 +293,32 @@ def test_small_inputs_compile_without_host_callbacks_when_cacheable_sorts_are_on
   assert _ranking.xla_sorts_on_cpu(limit) and not _ranking.xla_sorts_on_cpu(limit + 1)
   assert not any("callback" in t for t in texts(limit))
   assert all("callback" in t for t in texts(limit + 1))
+
+
+@pytest.mark.parametrize("cacheable", [False, True])
+def test_rank_summary_equals_aece_and_selective_summary(cacheable, monkeypatch):
+  """One sort for AECE and the selective metrics gives what the two calls give: the host path
+  (the default) and, with cacheable sorts on (n ≤ XLA_SORT_MAX_N), the XLA path."""
+  monkeypatch.delenv(_ranking.CACHEABLE_SORTS_ENV, raising=False)
+  if cacheable:
+    metrics.use_cacheable_cpu_sorts(True)  # tests/conftest.py switches it off after the test
+  rng = np.random.default_rng(8)
+  n, c = 600 + cacheable, 5                 # shapes traced nowhere else (trace-time switch)
+  probs = rng.dirichlet(np.full(c, 0.3), n).astype(np.float32)
+  probs = np.round(probs, 2).astype(np.float32)          # tie runs, cut by AECE's groups
+  labels = np.where(rng.random(n) < 0.7, probs.argmax(1), rng.integers(0, c, n))
+  conf, correct = metrics.confidence_and_correct(probs, labels)
+  mask = rng.random(n) < 0.8
+  for kw in ({}, {"mask": mask}):
+    for norm, num_bins in (("l1", 15), ("max", 7)):
+      summary = metrics.rank_summary(conf, correct, num_bins=num_bins, norm=norm,
+                                     risks=RISKS, coverages=COVERAGES, **kw)
+      np.testing.assert_allclose(summary["aece"], metrics.aece(probs, labels, num_bins,
+                                                               norm=norm, **kw), atol=1e-7)
+      expected = metrics.selective_summary(conf, correct, risks=RISKS, coverages=COVERAGES, **kw)
+      assert sorted(summary) == sorted([*expected, "aece"])
+      for key, value in expected.items():
+        np.testing.assert_allclose(summary[key], value, atol=1e-7, err_msg=key)
+  assert float(metrics.rank_summary(conf, ~np.asarray(correct))["aece"]) > 0.3  # it can fail
+  with pytest.raises(ValueError, match="norm"):
+    metrics.rank_summary(conf, correct, norm="l3")

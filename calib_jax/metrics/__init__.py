@@ -49,6 +49,7 @@ from calib_jax.metrics.selective import augrc
 from calib_jax.metrics.selective import coverage_at_risk
 from calib_jax.metrics.selective import coverage_at_risk_key
 from calib_jax.metrics.selective import eaurc
+from calib_jax.metrics.selective import rank_summary
 from calib_jax.metrics.selective import risk_at_coverage
 from calib_jax.metrics.selective import risk_at_coverage_key
 from calib_jax.metrics.selective import risk_coverage_curve
@@ -68,7 +69,8 @@ __all__ = [
     "bootstrap", "aupr", "auroc", "fpr_at_tpr",
     "confusion_matrix", "iou_from_confusion", "miou", "subsample_pixel_indices",
     "subsample_pixels", "valid_mask",
-    "aurc", "augrc", "coverage_at_risk", "coverage_at_risk_key", "eaurc", "risk_at_coverage",
+    "aurc", "augrc", "coverage_at_risk", "coverage_at_risk_key", "eaurc", "rank_summary",
+    "risk_at_coverage",
     "risk_at_coverage_key", "risk_coverage_curve", "selective_summary",
     "BinnedCalibration", "ClasswiseCalibration", "ConfidenceHistogram", "ConfusionMatrix",
     "ScalarSums", "StreamingMetrics",

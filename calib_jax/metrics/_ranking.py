@@ -19,6 +19,8 @@ of equal scores). Two paths give the same values (tested, ties included):
   cache they are the cheaper choice at any n.
 
 Keys are uint32 from `_sorting.monotone_key`; key 0 marks a masked-out entry.
+`ranked_and_groups` gives AECE's groups and the tie-aware errors of the same confidences from
+one sort (`metrics.rank_summary`).
 """
 import functools
 import os
@@ -89,29 +91,51 @@ def spread_tie_errors(above, taken, group_errors, size, xp):
   return xp.where(exact, exact_value, rounded_value)
 
 
+def _tie_runs(linked: np.ndarray):
+  """`(starts, sizes)` of the runs of equal keys from `linked`, the ascending positions i whose
+  key equals the next one's.
+
+  Only the tied entries are visited, not every tie group: at N = 1e6 the bookkeeping of all N
+  groups cost more than the sort.
+  """
+  if linked.size == 0:
+    return linked, linked
+  new_run = np.empty(linked.size, bool)
+  new_run[0] = True
+  np.not_equal(linked[1:], linked[:-1] + 1, out=new_run[1:])
+  first = np.flatnonzero(new_run)
+  starts = linked[first]
+  ends = linked[np.append(first[1:], linked.size) - 1] + 2   # exclusive
+  return starts, ends - starts
+
+
 def _numpy_tie_errors(key: np.ndarray, bit: np.ndarray):
-  keys, bits = _sorting.numpy_sort_with_bit(key, bit)
-  keys, bits = keys[::-1], bits[::-1]                  # descending; masked (key 0) last
+  return _tie_errors_of_sorted(*_sorting.numpy_sort_with_bit(key, bit))
+
+
+def _tie_errors_of_sorted(keys: np.ndarray, bits: np.ndarray):
+  """`_numpy_tie_errors` of keys sorted ascending (masked, key 0, first) and their bits."""
   n_total = keys.shape[0]
-  cum = np.cumsum(bits, dtype=np.int64)
+  # Descending order. The running count in int32: exact for any N of an int32 array, and its
+  # float32 value is the int64's.
+  cum = np.cumsum(bits[::-1], dtype=np.int32)
   errors = cum.astype(np.float32)                      # exact wherever there is no tie
+  same_ascending = keys[1:] == keys[:-1]
   boundary = np.empty(n_total, bool)
   boundary[-1] = True
-  np.not_equal(keys[1:], keys[:-1], out=boundary[:-1])
-  if not boundary.all():
+  np.logical_not(same_ascending[::-1], out=boundary[:-1])
+  # Positions i (descending order) tied to i + 1, from the ascending array's contiguous scan.
+  starts, size = _tie_runs((n_total - 2 - np.flatnonzero(same_ascending))[::-1])
+  if size.size:
     # Spread each tie group's errors evenly over its members.
-    starts = np.flatnonzero(np.concatenate([[True], boundary[:-1]]))
-    ends = np.append(starts[1:], n_total)
-    size = ends - starts
-    tied = size > 1
-    starts, ends, size = starts[tied], ends[tied], size[tied]
+    ends = starts + size
     base = np.where(starts > 0, cum[starts - 1], 0)
     offsets = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
     positions = np.repeat(starts, size) + offsets
     errors[positions] = spread_tie_errors(np.repeat(base, size), offsets + 1,
                                           np.repeat(cum[ends - 1] - base, size),
                                           np.repeat(size, size), np)
-  valid = n_total - int(np.count_nonzero(keys == 0))
+  valid = n_total - int(np.searchsorted(keys, 1))      # masked entries sort first
   errors[valid:] = 0.0
   boundary[valid:] = False
   return errors, boundary
@@ -175,23 +199,44 @@ def group_starts(n, num_bins: int, xp):
   return xp.where(g <= r, g * (q + 1), r * (q + 1) + (g - r) * q)
 
 
+def _counts_before(bits: np.ndarray, positions: np.ndarray) -> np.ndarray:
+  """`bits[:j].sum()` for each j in `positions` (int64), by one `add.reduceat` pass between the
+  sorted distinct positions rather than a running count of every entry."""
+  total = bits.shape[0]
+  cuts = np.unique(np.concatenate([[0], positions[positions < total]]))
+  before = np.concatenate([[0], np.cumsum(np.add.reduceat(bits, cuts, dtype=np.int64))])
+  # before[i] counts bits[:cuts[i]] (cuts[i] = total reads the last entry, the sum of all).
+  return before[np.searchsorted(np.append(cuts, total), positions)]
+
+
 def _numpy_adaptive_groups(key: np.ndarray, bit: np.ndarray, num_bins: int):
-  keys, bits = _sorting.numpy_sort_with_bit(key, bit)
+  return _adaptive_groups_of_sorted(*_sorting.numpy_sort_with_bit(key, bit), num_bins)
+
+
+def _adaptive_groups_of_sorted(keys: np.ndarray, bits: np.ndarray, num_bins: int,
+                               bits_are_errors: bool = False):
+  """`_numpy_adaptive_groups` of confidence keys sorted ascending (masked, key 0, first) and
+  their correct bits, or their error bits (`bits_are_errors`: the correct ones are counted as
+  the valid entries less the errors, the same integers)."""
   total = keys.shape[0]
   offset = int(np.searchsorted(keys, 1))                # masked entries (key 0) come first
   split = offset + group_starts(total - offset, num_bins, np)
-  cum = np.concatenate([[0], np.cumsum(bits, dtype=np.int64)])
   # A run of equal confidences cut by a split point gives each side its mean accuracy.
   inner = np.clip(split, 1, total - 1)
   cut = (split > offset) & (split < total) & (keys[inner - 1] == keys[inner])
   lo = np.searchsorted(keys, keys[inner], side="left")
   hi = np.searchsorted(keys, keys[inner], side="right")
+  positions = np.concatenate([split, lo, hi])
+  before = _counts_before(bits, positions)
+  if bits_are_errors:
+    before = np.maximum(positions - offset, 0) - before
+  cum_split, cum_lo, cum_hi = np.split(before, 3)
   # float32 fractional parts beside exact integer counts, as the lax path computes them.
-  tie_mean = (cum[hi] - cum[lo]).astype(np.float32) / np.maximum(hi - lo, 1).astype(np.float32)
-  whole = np.where(cut, cum[lo], cum[split])
+  tie_mean = (cum_hi - cum_lo).astype(np.float32) / np.maximum(hi - lo, 1).astype(np.float32)
+  whole = np.where(cut, cum_lo, cum_split)
   frac = np.where(cut, (split - lo).astype(np.float32) * tie_mean, np.float32(0))
   # Confidences are non-negative, so their keys are the float bits with the sign bit set.
-  conf = (keys & np.uint32(0x7FFFFFFF)).view(np.float32)
+  conf = np.bitwise_and(keys, np.uint32(0x7FFFFFFF), out=keys).view(np.float32)  # keys: done
   conf_sums = [np.sum(conf[a:b], dtype=np.float64) for a, b in zip(split[:-1], split[1:])]
   return (np.diff(whole).astype(np.float32) + np.diff(frac), np.asarray(conf_sums, np.float32))
 
@@ -248,3 +293,43 @@ def adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
   return lax.platform_dependent(
       key, bit, cpu=functools.partial(_callback_adaptive_groups, num_bins=num_bins),
       default=functools.partial(_lax_adaptive_groups, num_bins=num_bins))
+
+
+# ------------------------------------------------------------------ both from one sort
+def _numpy_ranked_and_groups(key: np.ndarray, error: np.ndarray, num_bins: int):
+  """`_numpy_tie_errors(key, error)` and `_numpy_adaptive_groups(key, ~error)` from one sort
+  (equal to the bit: AECE's values count each tie group, whatever the order inside it)."""
+  keys, bits = _sorting.numpy_sort_with_bit(key, error)
+  errors, boundary = _tie_errors_of_sorted(keys, bits)
+  hits, conf_sums = _adaptive_groups_of_sorted(keys, bits, num_bins, bits_are_errors=True)
+  return errors, boundary, hits, conf_sums
+
+
+def _callback_ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
+  shape = key.shape
+  groups = jax.ShapeDtypeStruct(shape[:-1] + (num_bins,), jnp.float32)
+  out = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct(shape, jnp.bool_),
+         groups, groups)
+  return jax.pure_callback(functools.partial(_by_rows, _numpy_ranked_and_groups,
+                                             num_bins=num_bins), out,
+                           key, error, vmap_method="broadcast_all")
+
+
+def _lax_ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
+  correct = jnp.where(key != 0, 1 - error, 0).astype(jnp.uint8)
+  return (*_lax_tie_errors(key, error), *_lax_adaptive_groups(key, correct, num_bins))
+
+
+def ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
+  """`tie_errors(key, error)` and `adaptive_groups(key, correct, num_bins)` of the same
+  confidence keys (0: masked out; `error` 0 there), from one sort on CPU.
+
+  Returns:
+    `(errors f32 [N], boundary bool [N], hits f32 [B], confidence_sums f32 [B])`.
+  """
+  key, error = key.astype(jnp.uint32), error.astype(jnp.uint8)
+  if xla_sorts_on_cpu(key.shape[-1]):
+    return _lax_ranked_and_groups(key, error, num_bins)
+  return lax.platform_dependent(
+      key, error, cpu=functools.partial(_callback_ranked_and_groups, num_bins=num_bins),
+      default=functools.partial(_lax_ranked_and_groups, num_bins=num_bins))

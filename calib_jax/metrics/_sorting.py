@@ -57,8 +57,15 @@ def numpy_sort_with_bit(key: np.ndarray, bit: np.ndarray):
   lo = key.min()
   if key.max() - lo < np.uint32(1 << 31):
     # Offset keys fit in 31 bits, so key and bit pack into uint32 (3x faster than uint64).
-    packed = np.sort(((key - lo) << np.uint32(1)) | bit.astype(np.uint32))
-    return (packed >> np.uint32(1)) + lo, (packed & np.uint32(1)).astype(np.int32)
+    # In place on the one new array: at N = 1e6 each extra temporary costs ~1 ms.
+    packed = np.subtract(key, lo)
+    np.left_shift(packed, np.uint32(1), out=packed)
+    np.bitwise_or(packed, bit, out=packed)
+    packed.sort()
+    bits = (packed & np.uint32(1)).view(np.int32)     # 0 or 1: the same bits in int32
+    np.right_shift(packed, np.uint32(1), out=packed)
+    np.add(packed, lo, out=packed)
+    return packed, bits
   packed = np.sort((key.astype(np.uint64) << np.uint64(1)) | bit.astype(np.uint64))
   return (packed >> np.uint64(1)).astype(np.uint32), (packed & np.uint64(1)).astype(np.int32)
 

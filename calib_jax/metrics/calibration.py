@@ -44,6 +44,13 @@ ArrayLike = jax.typing.ArrayLike
 # (every probability above 1/B is among them) instead of all C of them.
 _TOP_K_CLASS_FACTOR = 4
 
+# Rows per partial sum of classwise ECE's all-classes path: each (class, bin) sum adds at most
+# this many entries in float32 before the partials are added (as `_segments.segment_sum_f32`
+# bounds its chunks), with the chunk read off the row index instead of padded copies; more
+# rows when the partials would pass `_CLASSWISE_MAX_PARTIALS` (16 MB, and int32 cell ids).
+_CLASSWISE_CHUNK_ROWS = 128
+_CLASSWISE_MAX_PARTIALS = 1 << 22
+
 
 def bin_index(confidence: jax.Array, num_bins: int) -> jax.Array:
   """Equal-width bin of each confidence: `clip(ceil(c·B) − 1, 0, B − 1)` (bins are `(lo, hi]`)."""
@@ -153,10 +160,19 @@ def classwise_bin_sums(probs: jax.Array, labels: jax.Array, mask: Optional[jax.A
     col = jnp.sum(probs if mask is None else jnp.where(mask[:, None], probs, 0.0), axis=0)
     conf_sum = high.at[:, 0].set(col - jnp.sum(high[:, 1:], axis=1))
   else:
+    # One scatter of the N·C probabilities into per-chunk partial sums, the chunk being
+    # `row // _CLASSWISE_CHUNK_ROWS`: no padded copy of the [N, C] array (paired at C = 10,
+    # N = 1e5-1e6: 0.8-0.9x the time of `segment_sum_f32` over the flattened entries).
+    cells = overflow + 1                                   # + 1: masked-out entries
+    rows = max(_CLASSWISE_CHUNK_ROWS, -(-n // max(1, _CLASSWISE_MAX_PARTIALS // cells)))
+    num_chunks = -(-n // rows)
     idx = classes * num_bins + bin_index(probs, num_bins)
     if mask is not None:
       idx = jnp.where(mask[:, None], idx, overflow)
-    conf_sum = _segments.segment_sum_f32(probs, idx, overflow + 1)
+    chunk = jnp.arange(n, dtype=jnp.int32) // rows
+    partials = jax.ops.segment_sum(probs.reshape(-1), (idx + chunk[:, None] * cells).reshape(-1),
+                                   num_chunks * cells)
+    conf_sum = jnp.sum(partials.reshape(num_chunks, cells), axis=0)
     conf_sum = conf_sum[:overflow].reshape(num_classes, num_bins)
   p_label = jnp.take_along_axis(probs, jnp.clip(labels, 0, num_classes - 1)[:, None], 1)[:, 0]
   in_range = (labels >= 0) & (labels < num_classes)

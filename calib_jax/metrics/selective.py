@@ -14,6 +14,7 @@ error counts as the group's mean error (the expectation over the orderings of th
 
 All are jit-able; errors and the tie bookkeeping are int32, risks float32.
 """
+import functools
 import numbers
 from collections.abc import Callable
 from typing import NamedTuple, Optional
@@ -24,6 +25,8 @@ import jax.numpy as jnp
 from calib_jax import arrays
 from calib_jax.metrics import _ranking
 from calib_jax.metrics import _sorting
+from calib_jax.metrics import binned
+from calib_jax.metrics import calibration
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -226,19 +229,41 @@ def risk_at_coverage(scores: ArrayLike, correct: ArrayLike, coverage: float,
   return _risk_at_coverage(scores, correct, mask, k)
 
 
-@jax.jit
-def _summary(scores, correct, mask, risks, coverages):
-  r = rank_errors(scores, ~correct, mask)
+def _summary_of_ranked(r: RankedErrors, risks, coverages) -> dict:
   value = _aurc_from_ranked(r)
   n = r.n.astype(jnp.float32)
   return {
       "aurc": value,
-      "eaurc": value - optimal_aurc(r.num_errors, r.n, scores.shape[0]),
+      "eaurc": value - optimal_aurc(r.num_errors, r.n, r.errors.shape[0]),
       "augrc": jnp.sum(r.errors) / (n * n),
       "coverage_at_risk": jax.vmap(lambda q: _coverage_at_risk_from_ranked(r, q))(risks),
       "risk_at_coverage": jax.vmap(
           lambda c: _risk_at_k(r, coverage_index(c, r.n)))(coverages),
   }
+
+
+@jax.jit
+def _summary(scores, correct, mask, risks, coverages):
+  return _summary_of_ranked(rank_errors(scores, ~correct, mask), risks, coverages)
+
+
+@functools.partial(jax.jit, static_argnames=("num_bins", "norm"))
+def _rank_summary(confidence, correct, mask, risks, coverages, num_bins, norm):
+  key = jnp.maximum(_sorting.monotone_key(confidence), 1)  # key 0 is reserved for masked
+  error = ~correct
+  if mask is not None:
+    key = jnp.where(mask, key, 0)
+    error = error & mask
+  errors, boundary, hits, conf_sum = _ranking.ranked_and_groups(key, error, num_bins)
+  total = confidence.shape[0]
+  n = jnp.int32(total) if mask is None else jnp.sum(mask, dtype=jnp.int32)
+  r = RankedErrors(errors, boundary, jnp.sum(error, dtype=jnp.int32), n)
+  out = _summary_of_ranked(r, risks, coverages)
+  # As `calibration.aece` finishes its groups' sums.
+  counts = calibration.aece_group_sizes(n, num_bins)
+  out["aece"] = binned.calibration_error_from_bins(
+      counts, conf_sum, hits, n.astype(jnp.float32), norm).astype(jnp.float32)
+  return out
 
 
 def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None,
@@ -255,6 +280,33 @@ def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[Arra
   scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
   return _summary(scores, correct, mask, jnp.asarray(risks, jnp.float32),
                   jnp.asarray(coverages, jnp.float32))
+
+
+def rank_summary(confidence: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None,
+                 *, num_bins: int = 15, norm: str = "l1", risks=(0.01, 0.05, 0.1),
+                 coverages=(0.5, 0.8, 0.9, 0.95)) -> dict:
+  """`selective_summary` and the adaptive ECE of the same top-label confidences, one sort.
+
+  A report that needs AECE and the selective metrics of one model ranks its confidences once
+  (one host sort on CPU) instead of once per metric. `confidence [...]` holds the top-label
+  probabilities `max_k p_k` and `correct [...]` whether the argmax is right
+  (`metrics.confidence_and_correct`); AECE's groups are those of `calibration.aece`
+  (`num_bins`, `norm`), the other keys those of `selective_summary` (`risks`, `coverages`).
+
+  Returns:
+    `selective_summary`'s dict with `aece` added: the same values as `aece(probs, labels,
+    num_bins, mask, norm=norm)` and `selective_summary(confidence, correct, mask, ...)` (the
+    same integer counts; the float32 sums may round in another order, ~1e-7).
+  """
+  num_bins = arrays.check_num_bins(num_bins)
+  norm = binned.check_norm(norm)
+  for q in risks:
+    _check_fraction(q, "risk", allow_zero=True)
+  for c in coverages:
+    _check_fraction(c, "coverage", allow_zero=False)
+  confidence, correct, mask = arrays.flatten_scores_correct(confidence, correct, mask)
+  return _rank_summary(confidence, correct, mask, jnp.asarray(risks, jnp.float32),
+                       jnp.asarray(coverages, jnp.float32), num_bins, norm)
 
 
 def ranked_reduction(metric_fn) -> Optional[Callable[[RankedErrors], jax.Array]]:

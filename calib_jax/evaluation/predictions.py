@@ -73,11 +73,18 @@ def _cacheable_test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   return values, confidence, correct
 
 
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _rank_test_metrics(probs: jax.Array, labels: jax.Array, confidence: jax.Array,
+                       correct: jax.Array, num_bins: int) -> dict[str, jax.Array]:
+  """`aece` and `aurc` of the test split, one program (cached too where their sorts are XLA's:
+  `metrics.use_cacheable_cpu_sorts`); the labels were checked by `check_predictions`."""
+  return {"aece": metrics.aece(probs, labels, num_bins), "aurc": metrics.aurc(confidence, correct)}
+
+
 def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
-  """`_cacheable_test_metrics`' numbers with `aece` and `aurc` added (their own small programs)."""
+  """`_cacheable_test_metrics`' numbers with `aece` and `aurc` added (`_rank_test_metrics`)."""
   values, confidence, correct = _cacheable_test_metrics(probs, labels, num_bins)
-  values = {**values, "aece": metrics.aece(probs, labels, num_bins),
-            "aurc": metrics.aurc(confidence, correct)}
+  values = {**values, **_rank_test_metrics(probs, labels, confidence, correct, num_bins)}
   return values, confidence, correct
 
 
@@ -101,15 +108,16 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
   return metrics.aurc
 
 
-def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int, key: jax.Array,
-               bootstrap_samples: int) -> dict[str, dict[str, jax.Array]]:
+def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int,
+               keys: Sequence[jax.Array], bootstrap_samples: int
+               ) -> dict[str, dict[str, jax.Array]]:
   """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
-  correctness `[N]` (the same resamples for every calibrator: one key), still on the device
-  (dispatched, not awaited: `_fetched` takes them)."""
-  keys = jax.random.split(key, len(INTERVAL_KEYS))
+  correctness `[N]` (`keys`: one per interval, the same for every calibrator, so every
+  calibrator gets the same resamples), still on the device (dispatched, not awaited:
+  `_fetched` takes them)."""
   return {name: metrics.bootstrap(_interval_metric(name, num_bins), confidence, correct,
-                                  num_samples=bootstrap_samples, key=key_)
-          for name, key_ in zip(INTERVAL_KEYS, keys)}
+                                  num_samples=bootstrap_samples, key=key)
+          for name, key in zip(INTERVAL_KEYS, keys)}
 
 
 def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
@@ -288,10 +296,10 @@ def _add_intervals(results: dict[str, Any], resampled: dict[str, tuple[jax.Array
   after them only once they are done, so whatever the host must wait for comes first."""
   if not bootstrap_samples:
     return
-  key = jax.random.key(seed)
+  keys = list(jax.random.split(jax.random.key(seed), len(INTERVAL_KEYS)))
   for name, (confidence, correct) in resampled.items():
     results["calibrators"][name]["test"]["intervals"] = _intervals(
-        confidence, correct, num_bins, key, bootstrap_samples)
+        confidence, correct, num_bins, keys, bootstrap_samples)
 
 
 def format_table(results: dict[str, Any]) -> str:

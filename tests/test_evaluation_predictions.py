@@ -163,6 +163,26 @@ def test_evaluate_and_write_is_fit_and_evaluate_then_write_report(arrays, result
   assert written == json.loads(json.dumps({**results, "files": files}))
 
 
+def test_the_plots_numbers_from_each_calibrators_confidences_are_those_of_its_probabilities(
+    arrays):
+  """`evaluate_and_write` draws from the confidences the report keeps (`_plot_numbers_of`);
+  `plot_report` from the probabilities (`_plot_numbers`): the same numbers, to the bit."""
+  pending, fitted, resampled = predictions._dispatched(
+      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
+      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
+      bootstrap_samples=0)
+  of_probs = predictions._plot_numbers(arrays, pending, fitted)
+  of_confidences = predictions._plot_numbers_of(pending, resampled)
+  assert list(of_probs["reliability"]) == list(of_confidences["reliability"])
+  assert len(of_probs["reliability"]) == 2  # the raw logits and the best calibrator
+  for got, expected in ((of_confidences["smooth"], of_probs["smooth"]),
+                        *zip(of_confidences["reliability"].values(),
+                             of_probs["reliability"].values())):
+    assert list(got) == list(expected)
+    for key, value in expected.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
 def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):
   """Vector scaling needs 10 validation samples per free parameter (2C): on 60 of them the
   report leaves it out, says why, and reports the others."""

@@ -88,9 +88,11 @@ def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   return values, confidence, correct
 
 
+@jax.jit
 def _top_label_rows(confidence: jax.Array, correct: jax.Array):
-  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE)
-  gives the same value on them as on the probabilities (`metrics.bootstrap`'s reduction)."""
+  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE,
+  the reliability bins) gives the same value on them as on the probabilities
+  (`metrics.bootstrap`'s reduction)."""
   rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
   return rows, jnp.logical_not(correct).astype(jnp.int32)
 
@@ -355,6 +357,22 @@ def _plot_numbers(arrays: Mapping[str, np.ndarray], results: dict[str, Any],
   return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(raw, test_y)}
 
 
+def _plot_numbers_of(results: dict[str, Any],
+                    resampled: Mapping[str, tuple[jax.Array, jax.Array]]) -> dict[str, Any]:
+  """`_plot_numbers` from each calibrator's test `(confidence, correct)` (`_dispatched`'s
+  `resampled`), the same numbers to the bit (every plotted number is top-label:
+  `_top_label_rows`), without the `[N, C]` probabilities computed again."""
+  num_bins = results["num_bins"]
+  fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
+  raw = _top_label_rows(*resampled["raw"])
+  panels = {"raw logits": plotting_data.reliability_summary(*raw, num_bins)}
+  if fitted:
+    best = min(fitted, key=lambda k: float(fitted[k]["test"]["ece"]))  # (or still on device)
+    panels[f"after {best} (lowest ECE)"] = plotting_data.reliability_summary(
+        *_top_label_rows(*resampled[best]), num_bins)
+  return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(*raw)}
+
+
 def _draw(out_dir: str, numbers: dict[str, Any], reliability_file: str) -> dict[str, str]:
   from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
@@ -390,9 +408,9 @@ def evaluate_and_write(out_dir: str, arrays: Mapping[str, Any],
   options = {"calibrators": DEFAULT_CALIBRATORS, "alphas": (0.1, 0.05), "num_bins": 15,
              "bootstrap_samples": 1000, "seed": 0, **options}
   seed = options.pop("seed")
-  pending, fitted, resampled = _dispatched(
+  pending, _, resampled = _dispatched(
       **{k: arrays.get(k) for k in REQUIRED + OPTIONAL}, **options)
-  numbers = _plot_numbers(arrays, pending, fitted)  # before the intervals: see _add_intervals
+  numbers = _plot_numbers_of(pending, resampled)  # before the intervals: see _add_intervals
   _add_intervals(pending, resampled, options["num_bins"], options["bootstrap_samples"], seed)
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
            **_draw(out_dir, numbers, "reliability.png")}  # drawn while they compute

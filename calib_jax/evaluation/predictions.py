@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -44,8 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax import conformal, metrics, plotting_data, posthoc
-from calib_jax.evaluation import conformal_sets, ensembles
+from calib_jax import conformal, metrics, posthoc
+from calib_jax.evaluation import conformal_sets, ensembles, predictions_plots
 from calib_jax.evaluation.predictions_input import (  # noqa: F401  (this module's API too)
     OPTIONAL, REQUIRED, PredictionsError, check_predictions, load_npz)
 
@@ -88,15 +89,6 @@ def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   return values, confidence, correct
 
 
-@jax.jit
-def _top_label_rows(confidence: jax.Array, correct: jax.Array):
-  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE,
-  the reliability bins) gives the same value on them as on the probabilities
-  (`metrics.bootstrap`'s reduction)."""
-  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
-  return rows, jnp.logical_not(correct).astype(jnp.int32)
-
-
 @functools.lru_cache(maxsize=None)
 def _interval_metric(name: str, num_bins: int) -> Callable:
   """The metric `name` of `INTERVAL_KEYS` of one calibrator's `(confidence [N], correct [N])`.
@@ -104,7 +96,7 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
   built once per report and reused by every calibrator. (A version vmapped over the
   calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
   if name == "ece":
-    return jax.jit(lambda c, r: metrics.ece(*_top_label_rows(c, r), num_bins))
+    return jax.jit(lambda c, r: metrics.ece(*predictions_plots.top_label_rows(c, r), num_bins))
   if name == "smooth_ece":  # `bootstrap` batches this one's bandwidth searches
     return metrics.top_label_smooth_ece
   return metrics.aurc
@@ -335,54 +327,8 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
   ECE: from `calibrators`, `fit_and_evaluate`'s, or refitted on val) and
   `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
-  return _draw(out_dir, _plot_numbers(arrays, results, calibrators), reliability_file)
-
-
-def _plot_numbers(arrays: Mapping[str, np.ndarray], results: dict[str, Any],
-                  calibrators: Mapping[str, posthoc.Calibrator] | None) -> dict[str, Any]:
-  """What `plot_report` draws, taken on the device (`results` may still be pending)."""
-  test_x = jnp.asarray(ensembles.one_model(arrays["test_logits"]), jnp.float32)
-  test_y = np.asarray(arrays["test_labels"])
-  raw = jax.nn.softmax(test_x, -1)
-  num_bins = results["num_bins"]
-  fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
-  panels = {"raw logits": plotting_data.reliability_summary(raw, test_y, num_bins)}
-  if fitted:
-    best = min(fitted, key=lambda k: float(fitted[k]["test"]["ece"]))  # (or still on device)
-    calibrator = (calibrators or {}).get(best) or posthoc.fit_calibrator(
-        best, jnp.asarray(ensembles.one_model(arrays["val_logits"]), jnp.float32),
-        jnp.asarray(arrays["val_labels"], jnp.int32))
-    panels[f"after {best} (lowest ECE)"] = plotting_data.reliability_summary(
-        calibrator(test_x), test_y, num_bins)
-  return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(raw, test_y)}
-
-
-def _plot_numbers_of(results: dict[str, Any],
-                    resampled: Mapping[str, tuple[jax.Array, jax.Array]]) -> dict[str, Any]:
-  """`_plot_numbers` from each calibrator's test `(confidence, correct)` (`_dispatched`'s
-  `resampled`), the same numbers to the bit (every plotted number is top-label:
-  `_top_label_rows`), without the `[N, C]` probabilities computed again."""
-  num_bins = results["num_bins"]
-  fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
-  raw = _top_label_rows(*resampled["raw"])
-  panels = {"raw logits": plotting_data.reliability_summary(*raw, num_bins)}
-  if fitted:
-    best = min(fitted, key=lambda k: float(fitted[k]["test"]["ece"]))  # (or still on device)
-    panels[f"after {best} (lowest ECE)"] = plotting_data.reliability_summary(
-        *_top_label_rows(*resampled[best]), num_bins)
-  return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(*raw)}
-
-
-def _draw(out_dir: str, numbers: dict[str, Any], reliability_file: str) -> dict[str, str]:
-  from calib_jax import plotting  # Deferred: matplotlib.
-  os.makedirs(out_dir, exist_ok=True)
-  return {
-      "reliability": plotting.draw_reliability_diagrams(
-          numbers["reliability"], os.path.join(out_dir, reliability_file)),
-      "smooth_reliability": plotting.draw_smooth_reliability(
-          numbers["smooth"], os.path.join(out_dir, "smooth_reliability.png"),
-          title="raw logits"),
-  }
+  return predictions_plots.draw(out_dir, predictions_plots.plot_numbers(
+      arrays, results, calibrators), reliability_file)
 
 
 def write_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any],
@@ -408,12 +354,14 @@ def evaluate_and_write(out_dir: str, arrays: Mapping[str, Any],
   options = {"calibrators": DEFAULT_CALIBRATORS, "alphas": (0.1, 0.05), "num_bins": 15,
              "bootstrap_samples": 1000, "seed": 0, **options}
   seed = options.pop("seed")
+  threading.Thread(target=predictions_plots.import_plotting, daemon=True).start()
   pending, _, resampled = _dispatched(
       **{k: arrays.get(k) for k in REQUIRED + OPTIONAL}, **options)
-  numbers = _plot_numbers_of(pending, resampled)  # before the intervals: see _add_intervals
+  # Before the intervals (see _add_intervals):
+  numbers = predictions_plots.plot_numbers_of(pending, resampled)
   _add_intervals(pending, resampled, options["num_bins"], options["bootstrap_samples"], seed)
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
-           **_draw(out_dir, numbers, "reliability.png")}  # drawn while they compute
+           **predictions_plots.draw(out_dir, numbers, "reliability.png")}  # while they compute
   results = _fetched(pending)
   _write_metrics(files, results)
   return results, files

@@ -6,7 +6,6 @@ the logits, `calib_jax.posthoc.temperature` and `.scaling`), `isotonic`, `isoton
 (`.isotonic`), `histogram`, `histogram_ovr` (`.binning`), `bbq` (`.bbq`) and `beta` (`.beta`).
 """
 import dataclasses
-import functools
 from typing import Callable, Optional
 
 import jax
@@ -91,14 +90,6 @@ _CALIBRATORS = {
 }
 
 
-@functools.partial(jax.jit, static_argnames="name")
-def _apply(logits: jax.Array, params: dict, name: str) -> jax.Array:
-  """The calibrator `name`'s map of `logits [N, C]`, one compiled program per family and shape
-  (run op by op, an isotonic or BBQ apply was ~20 one-operation programs, each compiled or
-  looked up in the persistent cache, and each `[N, C]` intermediate written out)."""
-  return _CALIBRATORS[name].apply(logits, params)
-
-
 def calibrator_names() -> list[str]:
   """The names `fit_calibrator` accepts."""
   return list(_CALIBRATORS)
@@ -141,7 +132,7 @@ class Calibrator:
       raise ValueError(f"logits have {logits.shape[-1]} classes; the {self.name!r} calibrator "
                        f"was fitted on {self.num_classes}.")
     flat = logits.reshape(-1, self.num_classes)
-    return _apply(flat, self.params, self.name).reshape(logits.shape)
+    return _CALIBRATORS[self.name].apply(flat, self.params).reshape(logits.shape)
 
   def __repr__(self) -> str:
     fields = [f"num_classes={self.num_classes}"]

@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -354,7 +353,6 @@ def evaluate_and_write(out_dir: str, arrays: Mapping[str, Any],
   options = {"calibrators": DEFAULT_CALIBRATORS, "alphas": (0.1, 0.05), "num_bins": 15,
              "bootstrap_samples": 1000, "seed": 0, **options}
   seed = options.pop("seed")
-  threading.Thread(target=predictions_plots.import_plotting, daemon=True).start()
   pending, _, resampled = _dispatched(
       **{k: arrays.get(k) for k in REQUIRED + OPTIONAL}, **options)
   # Before the intervals (see _add_intervals):

@@ -2,13 +2,11 @@
 their numbers taken on the device (`plot_numbers` from the logits, `plot_numbers_of` from the
 confidences the report keeps), then drawn (`draw`, matplotlib).
 
-Split from `predictions` so that matplotlib (~2 s to import, the report's largest import) can be
-imported in a thread while the report computes (`import_plotting`), and the numbers taken
-before the bootstrap intervals are dispatched: a program dispatched after them would wait.
+`predictions.evaluate_and_write` takes the numbers before it dispatches the bootstrap intervals
+(a program dispatched after them would wait for them) and draws while they compute.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -69,7 +67,7 @@ def plot_numbers_of(results: dict[str, Any],
 def draw(out_dir: str, numbers: dict[str, Any], reliability_file: str) -> dict[str, str]:
   """Draws `numbers` (`plot_numbers[_of]`) as `reliability_file` and `smooth_reliability.png`
   in `out_dir`; returns their paths."""
-  from calib_jax import plotting  # Deferred: matplotlib (or imported by `import_plotting`).
+  from calib_jax import plotting  # Deferred: matplotlib.
   os.makedirs(out_dir, exist_ok=True)
   return {
       "reliability": plotting.draw_reliability_diagrams(
@@ -79,13 +77,3 @@ def draw(out_dir: str, numbers: dict[str, Any], reliability_file: str) -> dict[s
           title="raw logits"),
   }
 
-
-def import_plotting() -> None:
-  """Imports `calib_jax.plotting` (matplotlib: ~2 s, the report's largest import), run in a
-  thread from the report's start: it proceeds while the host waits for the device (the fits,
-  the conformal sets) instead of after them; `draw`'s own import then finds it done, or waits
-  for it (the import lock)."""
-  try:
-    importlib.import_module("calib_jax.plotting")
-  except Exception:  # pylint: disable=broad-except  (`draw`'s import raises it, once, there)
-    pass

@@ -36,11 +36,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _COUNTING = """
 import atexit, json, os, sys
 from jax import monitoring
-counts = {"compiled": 0, "cache_hits": 0, "compile_seconds": 0.0}
+counts = {"compiled": 0, "cache_hits": 0, "compile_seconds": 0.0, "trace_lower_seconds": 0.0,
+          "names": {}}
 def on_duration(event, seconds, **kw):
   if event == "/jax/core/compile/backend_compile_duration":
     counts["compiled"] += 1
     counts["compile_seconds"] += seconds
+    name = kw.get("fun_name", "?")
+    counts["names"][name] = counts["names"].get(name, 0) + 1
+  elif event in ("/jax/core/compile/jaxpr_trace_duration",
+                 "/jax/core/compile/jaxpr_to_mlir_module_duration"):
+    counts["trace_lower_seconds"] += seconds
 def on_event(event, **kw):
   if event == "/jax/compilation_cache/cache_hits":
     counts["cache_hits"] += 1
@@ -103,6 +109,7 @@ _DEMO = flags.DEFINE_bool("demo", False, "time `python -m calib_jax.demo`")
 _CACHE = flags.DEFINE_enum("cache", "off", ["off", "cold", "warm"],
                            "JAX compilation cache: off, cold (empty dir per run), warm")
 _COUNT = flags.DEFINE_bool("count", False, "also count programs compiled")
+_NAMES = flags.DEFINE_bool("names", False, "with --count: list the programs by name")
 _EXTRA = flags.DEFINE_string("extra", "", "extra eval.py flags, space-separated")
 _KEEP = flags.DEFINE_string("keep", "", "copy the last metrics.json here")
 _ROOT = flags.DEFINE_string("root", ROOT, "source checkout to run (e.g. an export of the commit "
@@ -113,7 +120,8 @@ def main(argv: list[str]) -> None:
   del argv
   args = types.SimpleNamespace(data_dir=_DATA_DIR.value, runs=_RUNS.value, large=_LARGE.value,
                                demo=_DEMO.value, cache=_CACHE.value, count=_COUNT.value,
-                               extra=_EXTRA.value, keep=_KEEP.value, root=_ROOT.value)
+                               extra=_EXTRA.value, keep=_KEEP.value, root=_ROOT.value,
+                               names=_NAMES.value)
   os.makedirs(args.data_dir, exist_ok=True)
   name = "imagenet_like.npz" if args.large else "digits.npz"
   data = os.path.join(args.data_dir, name)
@@ -151,7 +159,10 @@ def main(argv: list[str]) -> None:
       with open(env["CALIB_JAX_BENCH_COUNTS"]) as f:
         counts = json.load(f)
       line += (f"; programs {counts['compiled']} (cache hits {counts['cache_hits']}, "
-               f"{counts['compile_seconds']:.1f} s)")
+               f"{counts['compile_seconds']:.1f} s; tracing and lowering "
+               f"{counts['trace_lower_seconds']:.1f} s)")
+      if args.names:
+        line += "\n  " + "\n  ".join(f"{n} x{k}" for n, k in sorted(counts["names"].items()))
     print(line, flush=True)
     if status != 0 or i == 0:
       print(out if status else "\n".join(out.splitlines()[:3]))

@@ -7,21 +7,34 @@ numbers first and draw (matplotlib's import and rendering, host work) while its 
 with other programs, e.g. `evaluation.predictions`' bootstrap intervals: a program dispatched
 after those would wait for them.
 """
+import functools
 from typing import Any
 
+import jax
 import numpy as np
 
-from calib_jax import metrics
+from calib_jax import arrays, metrics
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _reliability_numbers(probs, labels, mask, num_bins: int) -> dict[str, Any]:
+  """The metrics of `reliability_summary`, one compiled program (called one by one they were
+  four, each with its own label check and host wait)."""
+  bins = metrics.reliability_bins(probs, labels, num_bins, mask)
+  return {"counts": bins.counts, "confidence": bins.confidence, "accuracy": bins.accuracy,
+          "ece": metrics.ece(probs, labels, num_bins, mask),
+          "average_confidence": metrics.average_confidence(probs, labels, mask),
+          "accuracy_mean": metrics.accuracy(probs, labels, mask)}
 
 
 def reliability_summary(probs, labels, num_bins: int = 15, mask=None) -> dict[str, Any]:
   """One reliability diagram's numbers: per equal-width bin `counts`, mean `confidence` and
   `accuracy` (`metrics.reliability_bins`, numpy `[num_bins]`), and the `ece`,
   `average_confidence` and `accuracy_mean` of all samples (Python floats)."""
-  bins = metrics.reliability_bins(probs, labels, num_bins, mask)
-  return {"num_bins": num_bins, "counts": np.asarray(bins.counts),
-          "confidence": np.asarray(bins.confidence), "accuracy": np.asarray(bins.accuracy),
-          "ece": float(metrics.ece(probs, labels, num_bins, mask)),
-          "average_confidence": float(metrics.average_confidence(probs, labels, mask)),
-          "accuracy_mean": float(metrics.accuracy(probs, labels, mask))}
+  num_bins = arrays.check_num_bins(num_bins)
+  probs, labels, mask = arrays.flatten_probs_labels(probs, labels, mask)  # the one label check
+  numbers = jax.device_get(_reliability_numbers(probs, labels, mask, num_bins))
+  return {"num_bins": num_bins,
+          **{k: np.asarray(numbers[k]) for k in ("counts", "confidence", "accuracy")},
+          **{k: float(numbers[k]) for k in ("ece", "average_confidence", "accuracy_mean")}}
 

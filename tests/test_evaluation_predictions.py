@@ -12,7 +12,7 @@ import pytest
 
 import calib_jax
 from calib_jax import conformal, metrics, posthoc
-from calib_jax.evaluation import predictions
+from calib_jax.evaluation import predictions, predictions_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,6 +161,26 @@ def test_evaluate_and_write_is_fit_and_evaluate_then_write_report(arrays, result
   with open(files["metrics"]) as f:
     written = json.load(f)
   assert written == json.loads(json.dumps({**results, "files": files}))
+
+
+def test_the_plots_numbers_from_each_calibrators_confidences_are_those_of_its_probabilities(
+    arrays):
+  """`evaluate_and_write` draws from the confidences the report keeps (`plot_numbers_of`);
+  `plot_report` from the probabilities (`plot_numbers`): the same numbers, to the bit."""
+  pending, fitted, resampled = predictions._dispatched(
+      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
+      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
+      bootstrap_samples=0)
+  of_probs = predictions_plots.plot_numbers(arrays, pending, fitted)
+  of_confidences = predictions_plots.plot_numbers_of(pending, resampled)
+  assert list(of_probs["reliability"]) == list(of_confidences["reliability"])
+  assert len(of_probs["reliability"]) == 2  # the raw logits and the best calibrator
+  for got, expected in ((of_confidences["smooth"], of_probs["smooth"]),
+                        *zip(of_confidences["reliability"].values(),
+                             of_probs["reliability"].values())):
+    assert list(got) == list(expected)
+    for key, value in expected.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
 def test_a_calibrator_with_too_few_samples_is_skipped_with_its_reason(arrays):

@@ -323,3 +323,35 @@ def test_isotonic_host_pav_equals_the_jitted_pav_and_sklearn_with_ties_and_a_mas
     host, traced = fit(z, labels, keep), jax.jit(fit)(z, labels, keep)
     np.testing.assert_array_equal(host["scores"], traced["scores"])
     np.testing.assert_allclose(host["fitted"], traced["fitted"], atol=1e-6)
+
+
+class _CompiledPrograms:
+  """The names of the XLA programs compiled (or found in the persistent cache) inside the
+  `with` block, as `jax.monitoring` reports them."""
+
+  def __enter__(self):
+    self.names = []
+    jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+    return self
+
+  def _on_duration(self, event, seconds, **kwargs):
+    del seconds
+    if event == "/jax/core/compile/backend_compile_duration":
+      self.names.append(kwargs.get("fun_name"))
+
+  def __exit__(self, *exc_info):
+    jax.monitoring.unregister_event_duration_listener(self._on_duration)
+
+
+def test_an_isotonic_apply_is_one_program_after_the_softmax_with_the_op_by_op_values():
+  # A shape no other test uses, so the call compiles here. Op by op, the top-label part was
+  # ~20 one-operation programs (eval.py --predictions compiles each of them).
+  z, labels, _ = _data(3, n=131, c=7)
+  calibrator = posthoc.fit_calibrator("isotonic", z, labels)
+  with _CompiledPrograms() as compiled:
+    probs = calibrator(z)
+  assert compiled.names.count("jit(_top_label_apply)") == 1, compiled.names
+  assert len(compiled.names) <= 7, compiled.names  # the softmax's operations and that one
+  with jax.disable_jit():
+    op_by_op = calibrator(z)
+  np.testing.assert_array_equal(probs, op_by_op)

@@ -1,6 +1,6 @@
 """A persistent JAX compilation cache for the command-line programs (`train.py`, `eval.py`, the
 demo): a second run of the same command loads its compiled XLA programs from disk instead of
-compiling them again (`eval.py --predictions` compiles ~90 small programs, most of a small
+compiling them again (`eval.py --predictions` compiles ~65 small programs, most of a small
 file's time).
 
 Where: `$CALIB_JAX_COMPILATION_CACHE` if set to a directory; otherwise

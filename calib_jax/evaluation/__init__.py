@@ -5,7 +5,7 @@
 
 Modules: `validation` (`ValidationEvaluator`, the training loop's; the accumulators),
 `predictions` (`evaluate_predictions`: any model's logits; its inputs read and checked in
-`predictions_input`), `toolkit`, `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
+`predictions_input`, its plots in `predictions_plots`), `toolkit`, `report` (`CalibrationReport`: PreT/PosT calibration and selective metrics),
 `maps` (`MapReport`: class activation and confidence maps), `shift` (`ShiftReport`: the report
 under corruptions or rotations, `eval.py --shift`; its progress file in `shift_progress`),
 `run` (`evaluate_run`, `format_table`, `format_members`).

@@ -44,8 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax import conformal, metrics, plotting_data, posthoc
-from calib_jax.evaluation import conformal_sets, ensembles
+from calib_jax import conformal, metrics, posthoc
+from calib_jax.evaluation import conformal_sets, ensembles, predictions_plots
 from calib_jax.evaluation.predictions_input import (  # noqa: F401  (this module's API too)
     OPTIONAL, REQUIRED, PredictionsError, check_predictions, load_npz)
 
@@ -73,19 +73,19 @@ def _cacheable_test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   return values, confidence, correct
 
 
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _rank_test_metrics(probs: jax.Array, labels: jax.Array, confidence: jax.Array,
+                       correct: jax.Array, num_bins: int) -> dict[str, jax.Array]:
+  """`aece` and `aurc` of the test split, one program (cached too where their sorts are XLA's:
+  `metrics.use_cacheable_cpu_sorts`); the labels were checked by `check_predictions`."""
+  return {"aece": metrics.aece(probs, labels, num_bins), "aurc": metrics.aurc(confidence, correct)}
+
+
 def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
-  """`_cacheable_test_metrics`' numbers with `aece` and `aurc` added (their own small programs)."""
+  """`_cacheable_test_metrics`' numbers with `aece` and `aurc` added (`_rank_test_metrics`)."""
   values, confidence, correct = _cacheable_test_metrics(probs, labels, num_bins)
-  values = {**values, "aece": metrics.aece(probs, labels, num_bins),
-            "aurc": metrics.aurc(confidence, correct)}
+  values = {**values, **_rank_test_metrics(probs, labels, confidence, correct, num_bins)}
   return values, confidence, correct
-
-
-def _top_label_rows(confidence: jax.Array, correct: jax.Array):
-  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE)
-  gives the same value on them as on the probabilities (`metrics.bootstrap`'s reduction)."""
-  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
-  return rows, jnp.logical_not(correct).astype(jnp.int32)
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,21 +95,22 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
   built once per report and reused by every calibrator. (A version vmapped over the
   calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
   if name == "ece":
-    return jax.jit(lambda c, r: metrics.ece(*_top_label_rows(c, r), num_bins))
+    return jax.jit(lambda c, r: metrics.ece(*predictions_plots.top_label_rows(c, r), num_bins))
   if name == "smooth_ece":  # `bootstrap` batches this one's bandwidth searches
     return metrics.top_label_smooth_ece
   return metrics.aurc
 
 
-def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int, key: jax.Array,
-               bootstrap_samples: int) -> dict[str, dict[str, jax.Array]]:
+def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int,
+               keys: Sequence[jax.Array], bootstrap_samples: int
+               ) -> dict[str, dict[str, jax.Array]]:
   """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
-  correctness `[N]` (the same resamples for every calibrator: one key), still on the device
-  (dispatched, not awaited: `_fetched` takes them)."""
-  keys = jax.random.split(key, len(INTERVAL_KEYS))
+  correctness `[N]` (`keys`: one per interval, the same for every calibrator, so every
+  calibrator gets the same resamples), still on the device (dispatched, not awaited:
+  `_fetched` takes them)."""
   return {name: metrics.bootstrap(_interval_metric(name, num_bins), confidence, correct,
-                                  num_samples=bootstrap_samples, key=key_)
-          for name, key_ in zip(INTERVAL_KEYS, keys)}
+                                  num_samples=bootstrap_samples, key=key)
+          for name, key in zip(INTERVAL_KEYS, keys)}
 
 
 def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
@@ -288,10 +289,10 @@ def _add_intervals(results: dict[str, Any], resampled: dict[str, tuple[jax.Array
   after them only once they are done, so whatever the host must wait for comes first."""
   if not bootstrap_samples:
     return
-  key = jax.random.key(seed)
+  keys = list(jax.random.split(jax.random.key(seed), len(INTERVAL_KEYS)))
   for name, (confidence, correct) in resampled.items():
     results["calibrators"][name]["test"]["intervals"] = _intervals(
-        confidence, correct, num_bins, key, bootstrap_samples)
+        confidence, correct, num_bins, keys, bootstrap_samples)
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -325,38 +326,8 @@ def plot_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[st
   """Draws `reliability_file` (the raw test logits beside the calibrator with the lowest test
   ECE: from `calibrators`, `fit_and_evaluate`'s, or refitted on val) and
   `smooth_reliability.png` (the raw logits) into `out_dir`; returns their paths."""
-  return _draw(out_dir, _plot_numbers(arrays, results, calibrators), reliability_file)
-
-
-def _plot_numbers(arrays: Mapping[str, np.ndarray], results: dict[str, Any],
-                  calibrators: Mapping[str, posthoc.Calibrator] | None) -> dict[str, Any]:
-  """What `plot_report` draws, taken on the device (`results` may still be pending)."""
-  test_x = jnp.asarray(ensembles.one_model(arrays["test_logits"]), jnp.float32)
-  test_y = np.asarray(arrays["test_labels"])
-  raw = jax.nn.softmax(test_x, -1)
-  num_bins = results["num_bins"]
-  fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
-  panels = {"raw logits": plotting_data.reliability_summary(raw, test_y, num_bins)}
-  if fitted:
-    best = min(fitted, key=lambda k: float(fitted[k]["test"]["ece"]))  # (or still on device)
-    calibrator = (calibrators or {}).get(best) or posthoc.fit_calibrator(
-        best, jnp.asarray(ensembles.one_model(arrays["val_logits"]), jnp.float32),
-        jnp.asarray(arrays["val_labels"], jnp.int32))
-    panels[f"after {best} (lowest ECE)"] = plotting_data.reliability_summary(
-        calibrator(test_x), test_y, num_bins)
-  return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(raw, test_y)}
-
-
-def _draw(out_dir: str, numbers: dict[str, Any], reliability_file: str) -> dict[str, str]:
-  from calib_jax import plotting  # Deferred: matplotlib.
-  os.makedirs(out_dir, exist_ok=True)
-  return {
-      "reliability": plotting.draw_reliability_diagrams(
-          numbers["reliability"], os.path.join(out_dir, reliability_file)),
-      "smooth_reliability": plotting.draw_smooth_reliability(
-          numbers["smooth"], os.path.join(out_dir, "smooth_reliability.png"),
-          title="raw logits"),
-  }
+  return predictions_plots.draw(out_dir, predictions_plots.plot_numbers(
+      arrays, results, calibrators), reliability_file)
 
 
 def write_report(out_dir: str, arrays: Mapping[str, np.ndarray], results: dict[str, Any],
@@ -382,12 +353,13 @@ def evaluate_and_write(out_dir: str, arrays: Mapping[str, Any],
   options = {"calibrators": DEFAULT_CALIBRATORS, "alphas": (0.1, 0.05), "num_bins": 15,
              "bootstrap_samples": 1000, "seed": 0, **options}
   seed = options.pop("seed")
-  pending, fitted, resampled = _dispatched(
+  pending, _, resampled = _dispatched(
       **{k: arrays.get(k) for k in REQUIRED + OPTIONAL}, **options)
-  numbers = _plot_numbers(arrays, pending, fitted)  # before the intervals: see _add_intervals
+  # Before the intervals (see _add_intervals):
+  numbers = predictions_plots.plot_numbers_of(pending, resampled)
   _add_intervals(pending, resampled, options["num_bins"], options["bootstrap_samples"], seed)
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
-           **_draw(out_dir, numbers, "reliability.png")}  # drawn while they compute
+           **predictions_plots.draw(out_dir, numbers, "reliability.png")}  # while they compute
   results = _fetched(pending)
   _write_metrics(files, results)
   return results, files

@@ -31,11 +31,19 @@ def fit_inputs(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike]):
   if np.ndim(logits) >= 1 and np.shape(logits)[-1] < 2:
     raise ValueError(f"calibrators need C >= 2 classes, got logits of shape {np.shape(logits)}.")
   logits, labels, mask = arrays.flatten_probs_labels(logits, labels, mask)
-  if arrays.is_concrete(logits) and not bool(jnp.all(jnp.isfinite(logits))):
+  finite, labels, weights = _fit_arrays(logits, labels, mask)
+  if arrays.is_concrete(logits) and not bool(finite):
     raise ValueError("logits hold NaN or inf; calibrators need finite logits.")
+  return logits, labels, weights
+
+
+@jax.jit
+def _fit_arrays(logits, labels, mask):
+  """Whether every logit is finite, the labels clipped into range and the 0/1 weights: one
+  program (op by op they were four, each compiled or looked up in the persistent cache)."""
   weights = jnp.ones(labels.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
   # Masked entries may hold 255 (ignore_index); their weight is 0, any class index will do.
-  return logits, jnp.clip(labels, 0, logits.shape[1] - 1), weights
+  return jnp.all(jnp.isfinite(logits)), jnp.clip(labels, 0, logits.shape[1] - 1), weights
 
 
 class TooFewSamplesError(ValueError):

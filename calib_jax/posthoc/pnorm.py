@@ -62,11 +62,18 @@ def pnorm_aurcs(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = rang
                 center: bool = True, mask: Optional[ArrayLike] = None) -> dict:
   """Held-out AURC of MSP (key `"msp"`) and of `max_logit_pnorm` for each p (keys = p)."""
   logits, labels, mask = arrays.flatten_probs_labels(logits, labels, mask)
-  correct = jnp.argmax(logits, axis=-1) == labels
-  out = {"msp": float(metrics.aurc(scores.msp(logits), correct, mask))}
-  for p in ps:
-    out[p] = float(metrics.aurc(max_logit_pnorm(logits, p, center), correct, mask))
-  return out
+  correct = _argmax_is(logits, labels)
+  # Every AURC dispatched before any is fetched: the host waits once, not once per p.
+  ps = list(ps)
+  keys = ["msp"] + ps
+  pending = [metrics.aurc(scores.msp(logits), correct, mask)]
+  pending += [metrics.aurc(max_logit_pnorm(logits, p, center), correct, mask) for p in ps]
+  return {key: float(value) for key, value in zip(keys, jax.device_get(pending))}
+
+
+@jax.jit
+def _argmax_is(logits, labels):
+  return jnp.argmax(logits, axis=-1) == labels
 
 
 def select_pnorm(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = range(1, 10), *,

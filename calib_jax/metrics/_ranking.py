@@ -64,6 +64,14 @@ def xla_sorts_on_cpu(n: int) -> bool:
   return n <= XLA_SORT_MAX_N and os.environ.get(CACHEABLE_SORTS_ENV) == "1"
 
 
+def _ranked_by(lax_fn, callback_fn, key: jax.Array, bit: jax.Array):
+  """`lax_fn(key, bit)` where XLA sorts (accelerators, and short rows on CPU when
+  `xla_sorts_on_cpu`), else `callback_fn(key, bit)` (the host sort) on CPU."""
+  if xla_sorts_on_cpu(key.shape[-1]):
+    return lax_fn(key, bit)
+  return lax.platform_dependent(key, bit, cpu=callback_fn, default=lax_fn)
+
+
 # ------------------------------------------------------------------ tie-aware errors
 _EXACT_TIE_MAX = 46340  # largest tie group whose `taken · group_errors` (≤ size²) fits int32
 
@@ -185,10 +193,8 @@ def tie_errors(key: jax.Array, bit: jax.Array):
     errors among the k most confident valid samples with each tie group counting its mean
     error; `boundary` is True where a tie group ends. Masked entries come last (E = 0).
   """
-  key, bit = key.astype(jnp.uint32), bit.astype(jnp.uint8)
-  if xla_sorts_on_cpu(key.shape[-1]):
-    return _lax_tie_errors(key, bit)
-  return lax.platform_dependent(key, bit, cpu=_callback_tie_errors, default=_lax_tie_errors)
+  return _ranked_by(_lax_tie_errors, _callback_tie_errors, key.astype(jnp.uint32),
+                    bit.astype(jnp.uint8))
 
 
 # ------------------------------------------------------------------ adaptive (AECE) groups
@@ -287,12 +293,9 @@ def adaptive_groups(key: jax.Array, bit: jax.Array, num_bins: int):
     with `np.array_split` sizes; a tie run cut by a group boundary gives both sides its mean
     accuracy.
   """
-  key, bit = key.astype(jnp.uint32), bit.astype(jnp.uint8)
-  if xla_sorts_on_cpu(key.shape[-1]):
-    return _lax_adaptive_groups(key, bit, num_bins)
-  return lax.platform_dependent(
-      key, bit, cpu=functools.partial(_callback_adaptive_groups, num_bins=num_bins),
-      default=functools.partial(_lax_adaptive_groups, num_bins=num_bins))
+  return _ranked_by(functools.partial(_lax_adaptive_groups, num_bins=num_bins),
+                    functools.partial(_callback_adaptive_groups, num_bins=num_bins),
+                    key.astype(jnp.uint32), bit.astype(jnp.uint8))
 
 
 # ------------------------------------------------------------------ both from one sort
@@ -327,9 +330,6 @@ def ranked_and_groups(key: jax.Array, error: jax.Array, num_bins: int):
   Returns:
     `(errors f32 [N], boundary bool [N], hits f32 [B], confidence_sums f32 [B])`.
   """
-  key, error = key.astype(jnp.uint32), error.astype(jnp.uint8)
-  if xla_sorts_on_cpu(key.shape[-1]):
-    return _lax_ranked_and_groups(key, error, num_bins)
-  return lax.platform_dependent(
-      key, error, cpu=functools.partial(_callback_ranked_and_groups, num_bins=num_bins),
-      default=functools.partial(_lax_ranked_and_groups, num_bins=num_bins))
+  return _ranked_by(functools.partial(_lax_ranked_and_groups, num_bins=num_bins),
+                    functools.partial(_callback_ranked_and_groups, num_bins=num_bins),
+                    key.astype(jnp.uint32), error.astype(jnp.uint8))

@@ -266,6 +266,15 @@ def _rank_summary(confidence, correct, mask, risks, coverages, num_bins, norm):
   return out
 
 
+def _operating_points(risks, coverages) -> tuple[jax.Array, jax.Array]:
+  """The summaries' risk and coverage levels, checked, as float32 arrays."""
+  for q in risks:
+    _check_fraction(q, "risk", allow_zero=True)
+  for c in coverages:
+    _check_fraction(c, "coverage", allow_zero=False)
+  return jnp.asarray(risks, jnp.float32), jnp.asarray(coverages, jnp.float32)
+
+
 def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None,
                       *, risks=(0.01, 0.05, 0.1), coverages=(0.5, 0.8, 0.9, 0.95)) -> dict:
   """All selective metrics from one sort: aurc, eaurc, augrc, and the operating points.
@@ -273,13 +282,9 @@ def selective_summary(scores: ArrayLike, correct: ArrayLike, mask: Optional[Arra
   Returns a dict with scalar `aurc`, `eaurc`, `augrc`, and `coverage_at_risk [len(risks)]`,
   `risk_at_coverage [len(coverages)]` (float32 arrays, in the order given).
   """
-  for q in risks:
-    _check_fraction(q, "risk", allow_zero=True)
-  for c in coverages:
-    _check_fraction(c, "coverage", allow_zero=False)
+  risks, coverages = _operating_points(risks, coverages)
   scores, correct, mask = arrays.flatten_scores_correct(scores, correct, mask)
-  return _summary(scores, correct, mask, jnp.asarray(risks, jnp.float32),
-                  jnp.asarray(coverages, jnp.float32))
+  return _summary(scores, correct, mask, risks, coverages)
 
 
 def rank_summary(confidence: ArrayLike, correct: ArrayLike, mask: Optional[ArrayLike] = None,
@@ -300,13 +305,9 @@ def rank_summary(confidence: ArrayLike, correct: ArrayLike, mask: Optional[Array
   """
   num_bins = arrays.check_num_bins(num_bins)
   norm = binned.check_norm(norm)
-  for q in risks:
-    _check_fraction(q, "risk", allow_zero=True)
-  for c in coverages:
-    _check_fraction(c, "coverage", allow_zero=False)
+  risks, coverages = _operating_points(risks, coverages)
   confidence, correct, mask = arrays.flatten_scores_correct(confidence, correct, mask)
-  return _rank_summary(confidence, correct, mask, jnp.asarray(risks, jnp.float32),
-                       jnp.asarray(coverages, jnp.float32), num_bins, norm)
+  return _rank_summary(confidence, correct, mask, risks, coverages, num_bins, norm)
 
 
 def ranked_reduction(metric_fn) -> Optional[Callable[[RankedErrors], jax.Array]]:

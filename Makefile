@@ -33,10 +33,15 @@ $(TPU_STAMP): $(STAMP)
 
 # worksteal: an idle worker takes half of the other's queue (tests/conftest.py orders the
 # longest modules first, so the end of the run is quick tests that balance the two workers).
-# tests/conftest.py compiles at XLA's optimisation level 0 (faster to compile); the dry-run
-# tests compile for TPU at the default level, as a user's dry run does.
+# tests/conftest.py compiles at XLA's optimisation level 0 (faster to compile); the first pass
+# also with XLA:CPU's cheaper emitters (CALIB_JAX_TESTS_COMPILER=fast), the second with its
+# default ones the tests that assert two different programs' bits equal; the dry-run tests
+# compile for TPU at the default level, as a user's dry run does.
 test: $(STAMP) $(TPU_STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal -q tests --ignore=tests/test_dry_run.py
+	CALIB_JAX_TESTS_COMPILER=fast $(PY) -m pytest -n 2 --dist worksteal -q tests \
+	    --ignore=tests/test_dry_run.py -m "not exact_across_programs"
+	$(PY) -m pytest -n 2 --dist worksteal -q tests --ignore=tests/test_dry_run.py \
+	    -m exact_across_programs
 	JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 	    $(TPU_PY) -m pytest -q tests/test_dry_run.py
 

@@ -16,14 +16,28 @@ import pytest
 # can reach it more than XLA's default 40 s apart, which aborts the whole process ("7 of 8
 # device threads reached a collective ..."); the tests wait up to 10 min instead.
 #
-# XLA's backend optimisation level 0: the tests' programs are small and run a few steps, so
-# compiling them is most of their time, and level 0 takes ~13 % less CPU (paired runs of the
-# evaluation tests); it changes how fast the code runs, not what it computes. (The tests that
-# start train.py with their own flags, the SIGTERM and multi-process ones, compile at the
-# default level.)
+#
+# The tests' programs are small and run a few steps, so compiling them is most of their time.
+# XLA's backend optimisation level 0 takes ~13 % less CPU (paired runs of the evaluation tests);
+# it changes how fast the code runs, not what it computes. `CALIB_JAX_TESTS_COMPILER=fast` (what
+# `make test` sets for its first pass) also turns XLA:CPU's fusion emitters and LLVM's expensive
+# passes off: ~40 % less CPU again (paired runs of the evaluation, loop and loss tests, 2026-11-27).
+# Those emit other, equally exact arithmetic, but not the same bits for two *different* programs
+# of one computation as the default emitters do, and some tests assert exactly that (a k-step
+# scan against k calls, a sweep member against its single run): they are marked
+# `exact_across_programs` and run with the default emitters (make test's second pass).
+DEFAULT_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
+FAST_COMPILE_FLAGS = (DEFAULT_COMPILE_FLAGS + " --xla_cpu_use_fusion_emitters=false"
+                      " --xla_llvm_disable_expensive_passes=true")
+COMPILER = os.environ.get("CALIB_JAX_TESTS_COMPILER", "default")
+if COMPILER not in ("default", "fast"):
+  raise SystemExit(f"CALIB_JAX_TESTS_COMPILER={COMPILER!r} is not one of 'default', 'fast'")
+# The compile flags alone, for the programs tests start with XLA_FLAGS of their own.
+os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"] = (FAST_COMPILE_FLAGS if COMPILER == "fast"
+                                               else DEFAULT_COMPILE_FLAGS)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                       "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
-                      "--xla_backend_optimization_level=0")
+                      + os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"])
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -102,7 +116,14 @@ SLOW_MODULES = ("test_run_multihost", "test_sweep", "test_cli_console", "test_do
                 "test_calibrators_report")
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects
 def pytest_collection_modifyitems(items):
+  exact = [item.nodeid for item in items if item.get_closest_marker("exact_across_programs")]
+  if COMPILER == "fast" and exact:
+    raise pytest.UsageError(
+        f"{len(exact)} tests marked exact_across_programs (the first: {exact[0]}) need XLA's "
+        "default CPU emitters: run them without CALIB_JAX_TESTS_COMPILER=fast, or add "
+        "-m 'not exact_across_programs' (make test runs them in its second pass)")
   def rank(item):
     name = item.path.stem
     return SLOW_MODULES.index(name) if name in SLOW_MODULES else len(SLOW_MODULES)

@@ -29,11 +29,14 @@ REPORT_ONLY = ["--config.eval.toolkit=False", "--config.eval.cam_images=0"]
 
 def _env(cache_dir):
   env = {k: v for k, v in os.environ.items()
-         if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}  # As a user's shell has them.
+         if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}  # As a user's shell has them,
+  # one device, with the test run's compile flags (tests/conftest.py): they change how long
+  # XLA compiles, not what the programs print.
+  env["XLA_FLAGS"] = os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"]
   env["PYTHONPATH"] = ROOT
   # The programs' persistent compilation cache, on as it is for a user, in this module's own
   # folder (not the test run's, tests/conftest.py): the second eval.py finds the first one's
-  # programs, compiled at XLA's default optimisation level as a user's are.
+  # programs.
   env[compilation_cache.ENV] = str(cache_dir)
   return env
 

@@ -16,6 +16,7 @@ def _data(n, c, seed):
   return logits, rng.integers(0, c, n).astype(np.int32)
 
 
+@pytest.mark.exact_across_programs
 @pytest.mark.parametrize("n", [200, 2100])  # 2100: more than one block of rows
 def test_method_scores_and_threshold_equal_fit_and_predictor(n):
   val_x, val_y = _data(n, 12, 0)
@@ -70,6 +71,7 @@ def test_rows_scored_with_their_slice_of_the_uniforms():
     np.testing.assert_array_equal(np.asarray(part[name]), np.asarray(whole[name])[40:90], name)
 
 
+@pytest.mark.exact_across_programs
 @pytest.mark.parametrize("shape", [(300, 12), (300, 1000)])  # 300 x 1000: the host sort
 def test_sorted_method_scores_are_the_class_order_scores_permuted(shape):
   """`sorted_method_scores` holds `method_scores`' values in each row's sorted order: put

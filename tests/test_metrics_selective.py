@@ -251,6 +251,8 @@ def test_host_and_lax_paths_agree_above_the_xla_threshold(pattern):
     np.testing.assert_array_equal(host[0], lax_path[0])
     np.testing.assert_allclose(host[1], lax_path[1], rtol=1e-6)
 
+
+@pytest.mark.exact_across_programs
 def test_large_tie_groups_spread_errors_exactly_in_both_paths():
   # One tie group of 3000 (products up to 3000² would round in float32) and one of 70000
   # (past the int32 product, the float32 formula): numpy and XLA still agree to the bit.

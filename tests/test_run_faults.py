@@ -150,8 +150,10 @@ def _train_cmd(workdir, steps, on_device=False):
 
 def _env(cache_dir):
   env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
+  # One device, as a user's train.py has; the test run's compile flags (tests/conftest.py).
   env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             XLA_FLAGS=os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"])
   return env
 
 

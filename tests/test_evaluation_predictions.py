@@ -1,5 +1,6 @@
 """Any model's predictions: `evaluate_predictions` against the metrics it is made of, its
 one-line errors, and `eval.py --predictions` as a user runs it."""
+import ast
 import json
 import os
 import re
@@ -101,11 +102,33 @@ def _eval(*args, env=None):
                         capture_output=True, text=True, timeout=600, env=env)
 
 
-# eval.py's program, which also writes to $IMPORTED at exit whether TensorFlow was imported.
+# What a predictions file does not need: the data pipeline's TensorFlow, and flax (models only).
+_UNNEEDED = ('tensorflow', 'tensorflow_datasets', 'flax')
+# eval.py's program, which also writes to $IMPORTED at exit which of those were imported.
 _EVAL_NOTING_IMPORTS = (
     "import atexit, os, sys; atexit.register(lambda: open(os.environ['IMPORTED'], 'w').write("
-    "str(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))));"
+    f"str(sorted(m for m in {_UNNEEDED!r} if m in sys.modules))));"
     f"sys.path.insert(0, {ROOT!r}); from calib_jax.cli import evaluate; evaluate.run()")
+
+
+def _unneeded_imports(statements: str) -> list[str]:
+  """Which of `_UNNEEDED` a fresh process has imported after running `statements`."""
+  code = f"import sys; {statements}; print(sorted(m for m in {_UNNEEDED!r} if m in sys.modules))"
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+  assert done.returncode == 0, done.stderr[-2000:]
+  return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_predictions_path_imports_neither_tensorflow_nor_flax():
+  """Every module `eval.py --predictions` imports before it draws (the drawing adds matplotlib
+  alone): flax would cost ~1.5 s of start-up, TensorFlow ~4 s (issue 46)."""
+  path = ("from calib_jax.cli import evaluate; "
+          "from calib_jax.evaluation import predictions, predictions_plots; "
+          "from calib_jax import metrics, posthoc, conformal, plotting_data")
+  assert _unneeded_imports(path) == []
+  # The check sees them when they are imported.
+  assert _unneeded_imports(path + "; import flax.struct") == ["flax"]
 
 
 def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
@@ -123,7 +146,7 @@ def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   assert done.stderr == "", done.stderr[-2000:]
   assert "Unable to initialize backend" not in done.stdout  # nor on stdout (issue 46)
   assert (tmp_path / "out" / "log.txt").exists()
-  # A file of logits needs no data pipeline: TensorFlow is never imported.
+  # A file of logits needs no data pipeline nor models: neither TensorFlow nor flax is imported.
   assert (tmp_path / "imported.txt").read_text() == "[]"
   # The compiled programs went to the cache directory named by the environment.
   assert len(list((tmp_path / "cache").iterdir())) > 10

@@ -95,7 +95,7 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
   built once per report and reused by every calibrator. (A version vmapped over the
   calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
   if name == "ece":
-    return jax.jit(lambda c, r: metrics.ece(*predictions_plots.top_label_rows(c, r), num_bins))
+    return jax.jit(lambda c, r: metrics.ece(*metrics.top_label_rows(c, r), num_bins))
   if name == "smooth_ece":  # `bootstrap` batches this one's bandwidth searches
     return metrics.top_label_smooth_ece
   return metrics.aurc

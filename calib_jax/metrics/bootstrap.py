@@ -122,12 +122,28 @@ def _packed_top_label(probs, labels):
   return jnp.where(correct, conf, -conf)
 
 
-def _top_label_rows(packed):
-  """`[..., 2]` rows `[max p, 0]` and labels 0 (argmax right) / 1 (wrong) from
-  `_packed_top_label`: a top-label metric gives the same value on them as on the probabilities."""
-  conf = jnp.abs(packed)
-  wrong = jnp.signbit(packed).astype(jnp.int32)
-  return jnp.stack([conf, jnp.zeros_like(conf)], axis=-1), wrong
+def top_label_rows(confidence: ArrayLike, correct: ArrayLike) -> tuple[jax.Array, jax.Array]:
+  """Two-class rows `[c, 0]` and labels 0 (right) / 1 (wrong) from top-label
+  `(confidence [...], correct [...])` (`confidence_and_correct`).
+
+  Row i's maximum is `c_i` in column 0, which is its label exactly when `correct_i`, so a
+  top-label metric of `(probs, labels)` — `ece`, `mce`, `aece`, `accuracy`, `smooth_ece`,
+  `reliability_bins`, ... — gives the same value on `top_label_rows(*confidence_and_correct(
+  probs, labels))`: a `[N, 2]` array stands for `[N, C]` (how `bootstrap` resamples them).
+
+  Returns:
+    `(rows [..., 2] float, labels [...] int32)`.
+  """
+  if jnp.shape(confidence) != jnp.shape(correct):
+    raise ValueError(f"confidence and correct must have the same shape, got "
+                     f"{jnp.shape(confidence)} and {jnp.shape(correct)}.")
+  return _top_label_rows(confidence, correct)
+
+
+@jax.jit  # One program outside a trace (the shape check above stays out of it: one-line errors).
+def _top_label_rows(confidence, correct):
+  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
+  return rows, jnp.logical_not(correct).astype(jnp.int32)
 
 
 def _scale_to_range(bits: jax.Array, n) -> jax.Array:
@@ -186,7 +202,8 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
 
   def metric(*resampled, **kw):
     if top_label:
-      return metric_fn(*_top_label_rows(*resampled), **kw)
+      (packed,) = resampled
+      return metric_fn(*top_label_rows(jnp.abs(packed), ~jnp.signbit(packed)), **kw)
     return metric_fn(*resampled, **kw)
 
   def one(key):

@@ -63,6 +63,29 @@ def test_each_number_is_the_metric_it_names(arrays, results):
       assert abs(c["coverage"] - (1 - c["alpha"])) < 0.03, name
 
 
+# Rows ranked by XLA's CPU sort (n <= 2048 with the cacheable sorts on) and by numpy's.
+@pytest.mark.parametrize("n, cacheable", [(540, False), (540, True), (5000, False)])
+def test_the_test_splits_aece_and_aurc_are_those_metrics_to_the_bit(n, cacheable):
+  """`_rank_test_metrics` ranks once (`metrics.rank_summary`); `metrics.aece` and
+  `metrics.aurc` rank once each: the same bits, on a random forest's kind of probabilities
+  (vote fractions floored at 1e-4: many exact ties, which the groups and the AURC share)."""
+  rng = np.random.default_rng(3)
+  votes = np.stack([rng.multinomial(100, p) for p in rng.dirichlet(np.full(10, 0.3), n)])
+  logits = np.log(np.maximum(votes / 100, 1e-4)).astype(np.float32)
+  labels = np.where(rng.random(n) < 0.8, votes.argmax(1), rng.integers(0, 10, n))
+  metrics.use_cacheable_cpu_sorts(cacheable)  # (conftest switches it back off)
+  jax.clear_caches()  # the sort is chosen when a program is traced
+  try:
+    probs = jax.nn.softmax(logits, -1)
+    confidence, correct = metrics.confidence_and_correct(probs, labels)
+    got = predictions._rank_test_metrics(confidence, correct, 15)
+    want = {"aece": metrics.aece(probs, labels, 15), "aurc": metrics.aurc(confidence, correct)}
+  finally:
+    jax.clear_caches()
+  for key in want:
+    assert np.asarray(got[key]).tobytes() == np.asarray(want[key]).tobytes(), key
+
+
 def test_detection_scores_find_wrong_predictions_and_the_ood_set(arrays, results):
   wrong = arrays["test_logits"].argmax(-1) != arrays["test_labels"]
   msp = posthoc.msp(arrays["test_logits"])

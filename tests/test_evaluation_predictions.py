@@ -86,6 +86,23 @@ def test_the_test_splits_aece_and_aurc_are_those_metrics_to_the_bit(n, cacheable
     assert np.asarray(got[key]).tobytes() == np.asarray(want[key]).tobytes(), key
 
 
+def test_the_intervals_values_taken_from_the_test_numbers_are_the_metrics_on_the_data(
+    arrays):
+  """`_VALUES_FROM_TEST`: the bootstrap is given the test split's number as its `value`; it is
+  the bits the interval's own metric gives on each calibrator's `(confidence, correct)`."""
+  pending, _, resampled = predictions._dispatched(
+      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
+      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
+      bootstrap_samples=0)
+  assert set(resampled) == {"raw", *predictions.DEFAULT_CALIBRATORS}
+  for name, (confidence, correct) in resampled.items():
+    test = pending["calibrators"][name]["test"]
+    for key in predictions._VALUES_FROM_TEST:
+      metric = predictions._interval_metric(key, 15)
+      assert np.asarray(test[key]).tobytes() == np.asarray(
+          metric(confidence, correct)).tobytes(), (name, key)
+
+
 def test_detection_scores_find_wrong_predictions_and_the_ood_set(arrays, results):
   wrong = arrays["test_logits"].argmax(-1) != arrays["test_labels"]
   msp = posthoc.msp(arrays["test_logits"])

@@ -147,6 +147,19 @@ def test_top_label_rows_stand_for_the_probabilities():
     metrics.top_label_rows(np.ones(4, np.float32), np.ones(5, bool))
 
 
+def test_a_given_value_is_returned_as_given_with_the_same_interval():
+  """`value=` (a report's own number) replaces only the metric on the data: the resamples,
+  hence lower, upper and std, are those without it."""
+  probs, labels = _data(500, 12)
+  conf, right = metrics.confidence_and_correct(probs, labels)
+  plain = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=50)
+  given = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=50,
+                            value=np.float32(0.125))
+  assert float(given["value"]) == 0.125 != float(plain["value"])
+  for name in ("lower", "upper", "std"):
+    assert float(given[name]) == float(plain[name]), name
+
+
 @pytest.mark.parametrize("metric_fn", [metrics.aurc, metrics.eaurc, metrics.augrc])
 @pytest.mark.parametrize("masked", [False, True])
 def test_ranked_chunks_equal_one_resample_at_a_time(metric_fn, masked):

@@ -105,15 +105,24 @@ def _interval_metric(name: str, num_bins: int) -> Callable:
   return metrics.aurc
 
 
+# The intervals whose `value` is the test split's own number, to the bit, so the bootstrap
+# takes it from there instead of compiling and running the metric again on the data (smooth
+# ECE: ~1 s of compiling). Not ECE: its number is taken on the [N, C] probabilities, the
+# interval's on `top_label_rows` (the last bit differs). Checked on the bench's digits and
+# 50,000 x 1,000 reports; tested.
+_VALUES_FROM_TEST = ("smooth_ece", "aurc")
+
+
 def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int,
-               keys: Sequence[jax.Array], bootstrap_samples: int
-               ) -> dict[str, dict[str, jax.Array]]:
+               keys: Sequence[jax.Array], bootstrap_samples: int,
+               test: Mapping[str, jax.Array]) -> dict[str, dict[str, jax.Array]]:
   """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
   correctness `[N]` (`keys`: one per interval, the same for every calibrator, so every
-  calibrator gets the same resamples), still on the device (dispatched, not awaited:
-  `_fetched` takes them)."""
+  calibrator gets the same resamples; `test`: its test numbers, `_VALUES_FROM_TEST`'s values),
+  still on the device (dispatched, not awaited: `_fetched` takes them)."""
   return {name: metrics.bootstrap(_interval_metric(name, num_bins), confidence, correct,
-                                  num_samples=bootstrap_samples, key=key)
+                                  num_samples=bootstrap_samples, key=key,
+                                  value=test[name] if name in _VALUES_FROM_TEST else None)
           for name, key in zip(INTERVAL_KEYS, keys)}
 
 
@@ -295,8 +304,8 @@ def _add_intervals(results: dict[str, Any], resampled: dict[str, tuple[jax.Array
     return
   keys = list(jax.random.split(jax.random.key(seed), len(INTERVAL_KEYS)))
   for name, (confidence, correct) in resampled.items():
-    results["calibrators"][name]["test"]["intervals"] = _intervals(
-        confidence, correct, num_bins, keys, bootstrap_samples)
+    test = results["calibrators"][name]["test"]
+    test["intervals"] = _intervals(confidence, correct, num_bins, keys, bootstrap_samples, test)
 
 
 def format_table(results: dict[str, Any]) -> str:

@@ -263,7 +263,8 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
 
 def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
               key: Optional[jax.Array] = None, confidence: float = 0.95,
-              mask: Optional[ArrayLike] = None, batch_size: Optional[int] = None) -> dict:
+              mask: Optional[ArrayLike] = None, batch_size: Optional[int] = None,
+              value: Optional[ArrayLike] = None) -> dict:
   """Bootstrap percentile interval of `metric_fn(*arrays)`, resampling axis 0 of all arrays.
 
   Works for any metric whose inputs share a sample axis, e.g.
@@ -282,6 +283,9 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
     mask: optional bool mask, shape starting with N (see the module docstring).
     batch_size: resamples vmapped at once (None: 1 on CPU, else as many as fit in ~256 MB of
       copies).
+    value: `metric_fn(*arrays)` when the caller has computed it already (a report's own
+      metrics program): returned as `value` as given, and the metric is not run on the data
+      (nor are its input checks: pass inputs it has checked).
 
   Returns:
     dict of float32 scalars: `value` (the metric on the data), `lower`, `upper` (the
@@ -298,7 +302,8 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
   mask = None if mask is None else jnp.asarray(mask)
   key = jax.random.key(0) if key is None else key
   keys = jax.random.split(key, num_samples)
-  value = metric_fn(*arrays) if mask is None else metric_fn(*arrays, mask=mask)
+  if value is None:
+    value = metric_fn(*arrays) if mask is None else metric_fn(*arrays, mask=mask)
   top_label = _is_top_label(metric_fn) and len(arrays) == 2
   if top_label:
     arrays = (_packed_top_label(*arrays),)  # after `value`: its checks see the given arrays

@@ -23,7 +23,7 @@ near the cost of drawing the indices:
   through its confidence `max_k p_k` and whether its argmax is right, so `(probs [..., C],
   labels)` are reduced once to one float per sample (the confidence, negated when wrong); a
   resample gathers that 1-D array, not C columns, and gives the metric rows `[conf, 0]` with
-  label 0 (right) or 1 (wrong) — the same value as the probabilities give.
+  label 0 (right) or 1 (wrong) (`top_label_rows`) — the same value as the probabilities give.
 * On XLA:CPU the resamples run one at a time (`batch_size` 1): vmapped gathers and scatters
   run there several times slower than a loop over them.
 * `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: a chunk of resamples

@@ -111,7 +111,8 @@ def pytree_dataclass(cls: type) -> type:
 
   Plain dataclasses and `jax.tree_util.register_dataclass` (what `flax.struct.dataclass`
   does, less its serialization hooks) rather than flax: a predictions report would otherwise
-  import flax (~1.5 s) for this alone.
+  import flax for this alone (~0.2 s of CPU after JAX; 0.4–1.5 s of wall time measured on a
+  loaded machine, its files read).
   """
   cls = dataclasses.dataclass(frozen=True)(cls)
   fields = dataclasses.fields(cls)

@@ -1,5 +1,6 @@
 """Any model's predictions: `evaluate_predictions` against the metrics it is made of, its
 one-line errors, and `eval.py --predictions` as a user runs it."""
+import ast
 import json
 import os
 import re
@@ -62,6 +63,46 @@ def test_each_number_is_the_metric_it_names(arrays, results):
       assert abs(c["coverage"] - (1 - c["alpha"])) < 0.03, name
 
 
+# Rows ranked by XLA's CPU sort (n <= 2048 with the cacheable sorts on) and by numpy's.
+@pytest.mark.parametrize("n, cacheable", [(540, False), (540, True), (5000, False)])
+def test_the_test_splits_aece_and_aurc_are_those_metrics_to_the_bit(n, cacheable):
+  """`_rank_test_metrics` ranks once (`metrics.rank_summary`); `metrics.aece` and
+  `metrics.aurc` rank once each: the same bits, on a random forest's kind of probabilities
+  (vote fractions floored at 1e-4: many exact ties, which the groups and the AURC share)."""
+  rng = np.random.default_rng(3)
+  votes = np.stack([rng.multinomial(100, p) for p in rng.dirichlet(np.full(10, 0.3), n)])
+  logits = np.log(np.maximum(votes / 100, 1e-4)).astype(np.float32)
+  labels = np.where(rng.random(n) < 0.8, votes.argmax(1), rng.integers(0, 10, n))
+  metrics.use_cacheable_cpu_sorts(cacheable)  # (conftest switches it back off)
+  jax.clear_caches()  # the sort is chosen when a program is traced
+  try:
+    probs = jax.nn.softmax(logits, -1)
+    confidence, correct = metrics.confidence_and_correct(probs, labels)
+    got = predictions._rank_test_metrics(confidence, correct, 15)
+    want = {"aece": metrics.aece(probs, labels, 15), "aurc": metrics.aurc(confidence, correct)}
+  finally:
+    jax.clear_caches()
+  for key in want:
+    assert np.asarray(got[key]).tobytes() == np.asarray(want[key]).tobytes(), key
+
+
+def test_the_intervals_values_taken_from_the_test_numbers_are_the_metrics_on_the_data(
+    arrays):
+  """`_VALUES_FROM_TEST`: the bootstrap is given the test split's number as its `value`; it is
+  the bits the interval's own metric gives on each calibrator's `(confidence, correct)`."""
+  pending, _, resampled = predictions._dispatched(
+      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
+      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
+      bootstrap_samples=0)
+  assert set(resampled) == {"raw", *predictions.DEFAULT_CALIBRATORS}
+  for name, (confidence, correct) in resampled.items():
+    test = pending["calibrators"][name]["test"]
+    for key in predictions._VALUES_FROM_TEST:
+      metric = predictions._interval_metric(key, 15)
+      assert np.asarray(test[key]).tobytes() == np.asarray(
+          metric(confidence, correct)).tobytes(), (name, key)
+
+
 def test_detection_scores_find_wrong_predictions_and_the_ood_set(arrays, results):
   wrong = arrays["test_logits"].argmax(-1) != arrays["test_labels"]
   msp = posthoc.msp(arrays["test_logits"])
@@ -101,11 +142,33 @@ def _eval(*args, env=None):
                         capture_output=True, text=True, timeout=600, env=env)
 
 
-# eval.py's program, which also writes to $IMPORTED at exit whether TensorFlow was imported.
+# What a predictions file does not need: the data pipeline's TensorFlow, and flax (models only).
+_UNNEEDED = ('tensorflow', 'tensorflow_datasets', 'flax')
+# eval.py's program, which also writes to $IMPORTED at exit which of those were imported.
 _EVAL_NOTING_IMPORTS = (
     "import atexit, os, sys; atexit.register(lambda: open(os.environ['IMPORTED'], 'w').write("
-    "str(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))));"
+    f"str(sorted(m for m in {_UNNEEDED!r} if m in sys.modules))));"
     f"sys.path.insert(0, {ROOT!r}); from calib_jax.cli import evaluate; evaluate.run()")
+
+
+def _unneeded_imports(statements: str) -> list[str]:
+  """Which of `_UNNEEDED` a fresh process has imported after running `statements`."""
+  code = f"import sys; {statements}; print(sorted(m for m in {_UNNEEDED!r} if m in sys.modules))"
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+  assert done.returncode == 0, done.stderr[-2000:]
+  return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_predictions_path_imports_neither_tensorflow_nor_flax():
+  """Every module `eval.py --predictions` imports before it draws (the drawing adds matplotlib
+  alone): flax would cost ~1.5 s of start-up, TensorFlow ~4 s (issue 46)."""
+  path = ("from calib_jax.cli import evaluate; "
+          "from calib_jax.evaluation import predictions, predictions_plots; "
+          "from calib_jax import metrics, posthoc, conformal, plotting_data")
+  assert _unneeded_imports(path) == []
+  # The check sees them when they are imported.
+  assert _unneeded_imports(path + "; import flax.struct") == ["flax"]
 
 
 def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
@@ -123,7 +186,7 @@ def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
   assert done.stderr == "", done.stderr[-2000:]
   assert "Unable to initialize backend" not in done.stdout  # nor on stdout (issue 46)
   assert (tmp_path / "out" / "log.txt").exists()
-  # A file of logits needs no data pipeline: TensorFlow is never imported.
+  # A file of logits needs no data pipeline nor models: neither TensorFlow nor flax is imported.
   assert (tmp_path / "imported.txt").read_text() == "[]"
   # The compiled programs went to the cache directory named by the environment.
   assert len(list((tmp_path / "cache").iterdir())) > 10

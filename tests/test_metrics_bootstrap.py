@@ -126,6 +126,40 @@ def test_top_label_metrics_resample_two_column_rows_with_the_same_result(metric)
     np.testing.assert_allclose(full[name], reduced[name], rtol=1e-6, atol=1e-7)
 
 
+def test_top_label_rows_stand_for_the_probabilities():
+  """`top_label_rows(*confidence_and_correct(probs, labels))` gives every top-label metric the
+  same value as `(probs, labels)`, exactly: the argmax is column 0 (first index on ties, so a
+  confidence of 0 still predicts 0), labelled 0 exactly when the prediction was right."""
+  probs, labels = _data(700, 11, c=12)
+  probs[:3] = 1.0 / 12  # all-tied rows: argmax 0, right only for label 0
+  labels[:3] = [0, 5, 11]
+  rows, wrong = metrics.top_label_rows(*metrics.confidence_and_correct(probs, labels))
+  assert rows.shape == (700, 2) and wrong.dtype == np.int32
+  np.testing.assert_array_equal(wrong, (probs.argmax(1) != labels).astype(np.int32))
+  for metric in (metrics.ece, metrics.mce, metrics.aece, metrics.accuracy, metrics.smooth_ece,
+                 metrics.average_confidence, metrics.rms_calibration_error):
+    assert float(metric(rows, wrong)) == float(metric(probs, labels)), metric.__name__
+  for got, want in zip(metrics.reliability_bins(rows, wrong),
+                       metrics.reliability_bins(probs, labels)):
+    np.testing.assert_array_equal(got, want)
+  with pytest.raises(ValueError, match=r"^confidence and correct must have the same shape, "
+                     r"got \(4,\) and \(5,\)\.$"):
+    metrics.top_label_rows(np.ones(4, np.float32), np.ones(5, bool))
+
+
+def test_a_given_value_is_returned_as_given_with_the_same_interval():
+  """`value=` (a report's own number) replaces only the metric on the data: the resamples,
+  hence lower, upper and std, are those without it."""
+  probs, labels = _data(500, 12)
+  conf, right = metrics.confidence_and_correct(probs, labels)
+  plain = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=50)
+  given = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=50,
+                            value=np.float32(0.125))
+  assert float(given["value"]) == 0.125 != float(plain["value"])
+  for name in ("lower", "upper", "std"):
+    assert float(given[name]) == float(plain[name]), name
+
+
 @pytest.mark.parametrize("metric_fn", [metrics.aurc, metrics.eaurc, metrics.augrc])
 @pytest.mark.parametrize("masked", [False, True])
 def test_ranked_chunks_equal_one_resample_at_a_time(metric_fn, masked):

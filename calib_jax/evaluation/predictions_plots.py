@@ -19,15 +19,6 @@ from calib_jax import metrics, plotting_data, posthoc
 from calib_jax.evaluation import ensembles
 
 
-@jax.jit
-def top_label_rows(confidence: jax.Array, correct: jax.Array):
-  """Rows `[c, 0]` with label 0 (right) or 1 (wrong): every top-label metric (ECE, smooth ECE,
-  the reliability bins) gives the same value on them as on the probabilities
-  (`metrics.bootstrap`'s reduction)."""
-  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
-  return rows, jnp.logical_not(correct).astype(jnp.int32)
-
-
 def plot_numbers(arrays: Mapping[str, np.ndarray], results: dict[str, Any],
                  calibrators: Mapping[str, posthoc.Calibrator] | None) -> dict[str, Any]:
   """What `predictions.plot_report` draws, taken on the device from the logits in `arrays`
@@ -52,15 +43,15 @@ def plot_numbers_of(results: dict[str, Any],
                     resampled: Mapping[str, tuple[jax.Array, jax.Array]]) -> dict[str, Any]:
   """`plot_numbers` from each calibrator's test `(confidence, correct)` (the `resampled` of
   `predictions._dispatched`), the same numbers to the bit (every plotted number is top-label:
-  `top_label_rows`), without the `[N, C]` probabilities computed again."""
+  `metrics.top_label_rows`), without the `[N, C]` probabilities computed again."""
   num_bins = results["num_bins"]
   fitted = {k: v for k, v in results["calibrators"].items() if k != "raw"}
-  raw = top_label_rows(*resampled["raw"])
+  raw = metrics.top_label_rows(*resampled["raw"])
   panels = {"raw logits": plotting_data.reliability_summary(*raw, num_bins)}
   if fitted:
     best = min(fitted, key=lambda k: float(fitted[k]["test"]["ece"]))  # (or still on device)
     panels[f"after {best} (lowest ECE)"] = plotting_data.reliability_summary(
-        *top_label_rows(*resampled[best]), num_bins)
+        *metrics.top_label_rows(*resampled[best]), num_bins)
   return {"reliability": panels, "smooth": metrics.smooth_calibration_curve(*raw)}
 
 

@@ -14,6 +14,7 @@ from calib_jax.metrics.accumulators import ConfusionMatrix
 from calib_jax.metrics.accumulators import ScalarSums
 from calib_jax.metrics._ranking import use_cacheable_cpu_sorts
 from calib_jax.metrics.bootstrap import bootstrap
+from calib_jax.metrics.bootstrap import top_label_rows
 from calib_jax.metrics.calibration import accuracy
 from calib_jax.metrics.calibration import aece
 from calib_jax.metrics.calibration import average_confidence
@@ -61,7 +62,7 @@ from calib_jax.metrics.streaming import StreamingMetrics
 
 __all__ = [
     "accuracy", "aece", "average_confidence", "bin_index", "brier", "classwise_ece",
-    "classwise_ece_from_bins", "confidence_and_correct", "ece", "ece_from_bins",
+    "classwise_ece_from_bins", "confidence_and_correct", "top_label_rows", "ece", "ece_from_bins",
     "mce", "mce_from_bins", "nll", "overconfidence", "reliability_bins",
     "reliability_from_bins", "ReliabilityBins", "underconfidence",
     "debiased_ece", "rms_calibration_error", "smooth_calibration_curve", "smooth_ece",

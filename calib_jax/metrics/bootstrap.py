@@ -23,7 +23,7 @@ near the cost of drawing the indices:
   through its confidence `max_k p_k` and whether its argmax is right, so `(probs [..., C],
   labels)` are reduced once to one float per sample (the confidence, negated when wrong); a
   resample gathers that 1-D array, not C columns, and gives the metric rows `[conf, 0]` with
-  label 0 (right) or 1 (wrong) — the same value as the probabilities give.
+  label 0 (right) or 1 (wrong) (`top_label_rows`) — the same value as the probabilities give.
 * On XLA:CPU the resamples run one at a time (`batch_size` 1): vmapped gathers and scatters
   run there several times slower than a loop over them.
 * `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: a chunk of resamples
@@ -122,12 +122,28 @@ def _packed_top_label(probs, labels):
   return jnp.where(correct, conf, -conf)
 
 
-def _top_label_rows(packed):
-  """`[..., 2]` rows `[max p, 0]` and labels 0 (argmax right) / 1 (wrong) from
-  `_packed_top_label`: a top-label metric gives the same value on them as on the probabilities."""
-  conf = jnp.abs(packed)
-  wrong = jnp.signbit(packed).astype(jnp.int32)
-  return jnp.stack([conf, jnp.zeros_like(conf)], axis=-1), wrong
+def top_label_rows(confidence: ArrayLike, correct: ArrayLike) -> tuple[jax.Array, jax.Array]:
+  """Two-class rows `[c, 0]` and labels 0 (right) / 1 (wrong) from top-label
+  `(confidence [...], correct [...])` (`confidence_and_correct`).
+
+  Row i's maximum is `c_i` in column 0, which is its label exactly when `correct_i`, so a
+  top-label metric of `(probs, labels)` — `ece`, `mce`, `aece`, `accuracy`, `smooth_ece`,
+  `reliability_bins`, ... — gives the same value on `top_label_rows(*confidence_and_correct(
+  probs, labels))`: a `[N, 2]` array stands for `[N, C]` (how `bootstrap` resamples them).
+
+  Returns:
+    `(rows [..., 2] float, labels [...] int32)`.
+  """
+  if jnp.shape(confidence) != jnp.shape(correct):
+    raise ValueError(f"confidence and correct must have the same shape, got "
+                     f"{jnp.shape(confidence)} and {jnp.shape(correct)}.")
+  return _top_label_rows(confidence, correct)
+
+
+@jax.jit  # One program outside a trace (the shape check above stays out of it: one-line errors).
+def _top_label_rows(confidence, correct):
+  rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
+  return rows, jnp.logical_not(correct).astype(jnp.int32)
 
 
 def _scale_to_range(bits: jax.Array, n) -> jax.Array:
@@ -186,7 +202,8 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
 
   def metric(*resampled, **kw):
     if top_label:
-      return metric_fn(*_top_label_rows(*resampled), **kw)
+      (packed,) = resampled
+      return metric_fn(*top_label_rows(jnp.abs(packed), ~jnp.signbit(packed)), **kw)
     return metric_fn(*resampled, **kw)
 
   def one(key):
@@ -246,7 +263,8 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
 
 def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
               key: Optional[jax.Array] = None, confidence: float = 0.95,
-              mask: Optional[ArrayLike] = None, batch_size: Optional[int] = None) -> dict:
+              mask: Optional[ArrayLike] = None, batch_size: Optional[int] = None,
+              value: Optional[ArrayLike] = None) -> dict:
   """Bootstrap percentile interval of `metric_fn(*arrays)`, resampling axis 0 of all arrays.
 
   Works for any metric whose inputs share a sample axis, e.g.
@@ -265,6 +283,9 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
     mask: optional bool mask, shape starting with N (see the module docstring).
     batch_size: resamples vmapped at once (None: 1 on CPU, else as many as fit in ~256 MB of
       copies).
+    value: `metric_fn(*arrays)` when the caller has computed it already (a report's own
+      metrics program): returned as `value` as given, and the metric is not run on the data
+      (nor are its input checks: pass inputs it has checked).
 
   Returns:
     dict of float32 scalars: `value` (the metric on the data), `lower`, `upper` (the
@@ -281,7 +302,8 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
   mask = None if mask is None else jnp.asarray(mask)
   key = jax.random.key(0) if key is None else key
   keys = jax.random.split(key, num_samples)
-  value = metric_fn(*arrays) if mask is None else metric_fn(*arrays, mask=mask)
+  if value is None:
+    value = metric_fn(*arrays) if mask is None else metric_fn(*arrays, mask=mask)
   top_label = _is_top_label(metric_fn) and len(arrays) == 2
   if top_label:
     arrays = (_packed_top_label(*arrays),)  # after `value`: its checks see the given arrays

@@ -20,7 +20,6 @@ splitting a fine bin proportionally, and applies `calibration.ece_from_bins` to 
 import functools
 from typing import Sequence
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +29,8 @@ from calib_jax import arrays
 from calib_jax.metrics import calibration
 from calib_jax.metrics import selective
 from calib_jax.metrics._arrays import safe_div
-from calib_jax.metrics.accumulators import Accumulator, Batch, finish, to_host
+from calib_jax.metrics.accumulators import (Accumulator, Batch, finish, pytree_dataclass,
+                                            static_field, to_host)
 
 _MIN_EXPONENT = 103           # float32 exponent field of 2^−24, the finest step of 1 − c
 _BASE_BITS = _MIN_EXPONENT << 23
@@ -159,7 +159,7 @@ def _aece_from_histogram(counts, errors, offsets, score_bits: int, num_bins: int
   return aece, safe_div(2.0 * np.sum(dev[1:-1]), n)
 
 
-@flax.struct.dataclass
+@pytree_dataclass
 class ConfidenceHistogram(Accumulator):
   """Fine histogram of the confidence: AECE and the selective metrics (see the module doc).
 
@@ -168,8 +168,8 @@ class ConfidenceHistogram(Accumulator):
   `risk_at_{c}pct_coverage` for c in `coverages` (e.g. coverage_at_5pct_risk,
   risk_at_80pct_coverage).
   """
-  num_bins: int = flax.struct.field(pytree_node=False)
-  score_bits: int = flax.struct.field(pytree_node=False)
+  num_bins: int = static_field()
+  score_bits: int = static_field()
   counts: jax.Array         # int32 [K], samples per fine bin
   errors: jax.Array         # int32 [K], wrong predictions per fine bin
   offsets: jax.Array        # f32 [K], Σ (bin top − c)

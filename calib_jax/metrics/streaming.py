@@ -20,18 +20,17 @@ with error bounds (`ConfidenceHistogram`).
 """
 from typing import Optional, Sequence
 
-import flax.struct
-
 from calib_jax import arrays
 from calib_jax.metrics.accumulators import (Accumulator, Batch, BinnedCalibration,
-                                            ClasswiseCalibration, ConfusionMatrix, ScalarSums)
+                                            ClasswiseCalibration, ConfusionMatrix, ScalarSums,
+                                            pytree_dataclass, static_field)
 from calib_jax.metrics.histogram import ConfidenceHistogram
 
 
-@flax.struct.dataclass
+@pytree_dataclass
 class StreamingMetrics(Accumulator):
   """Named accumulators (`parts`) updated, merged and summed over devices together."""
-  num_classes: Optional[int] = flax.struct.field(pytree_node=False)
+  num_classes: Optional[int] = static_field()
   parts: dict  # name -> accumulator
 
   @classmethod

@@ -35,13 +35,14 @@ $(TPU_STAMP): $(STAMP)
 # longest modules first, so the end of the run is quick tests that balance the two workers).
 # tests/conftest.py compiles at XLA's optimisation level 0 (faster to compile); the first pass
 # also with XLA:CPU's cheaper emitters (CALIB_JAX_TESTS_COMPILER=fast), the second with its
-# default ones the tests that assert two different programs' bits equal; the dry-run tests
-# compile for TPU at the default level, as a user's dry run does.
+# default ones the tests that assert two different programs' bits equal (collected from the
+# files that mark any: collecting all of tests/ again costs each worker ~10 s); the dry-run
+# tests compile for TPU at the default level, as a user's dry run does.
+EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)
 test: $(STAMP) $(TPU_STAMP)
 	CALIB_JAX_TESTS_COMPILER=fast $(PY) -m pytest -n 2 --dist worksteal -q tests \
 	    --ignore=tests/test_dry_run.py -m "not exact_across_programs"
-	$(PY) -m pytest -n 2 --dist worksteal -q tests --ignore=tests/test_dry_run.py \
-	    -m exact_across_programs
+	$(PY) -m pytest -n 2 --dist worksteal -q $(EXACT_FILES) -m exact_across_programs
 	JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 	    $(TPU_PY) -m pytest -q tests/test_dry_run.py
 

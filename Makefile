@@ -32,10 +32,7 @@ $(TPU_STAMP): $(STAMP)
 	touch $@
 
 # worksteal: an idle worker takes half of the other's queue (tests/conftest.py orders the
-# longest modules first, so the end of the run is quick tests that balance the workers).
-# Three workers on 2 cores: a worker waiting on a program it started (train.py, eval.py, the
-# multi-host processes) leaves its core to the third (first pass: 602 s with -n 3 against 707 s
-# with -n 2 and 677 s with -n 4, back to back in one clone, idle, 2026-11-27).
+# longest modules first, so the end of the run is quick tests that balance the two workers).
 # tests/conftest.py compiles at XLA's optimisation level 0 (faster to compile); the first pass
 # also with XLA:CPU's cheaper emitters (CALIB_JAX_TESTS_COMPILER=fast), the second with its
 # default ones the tests that assert two different programs' bits equal (collected from the
@@ -43,7 +40,7 @@ $(TPU_STAMP): $(STAMP)
 # tests compile for TPU at the default level, as a user's dry run does.
 EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)
 test: $(STAMP) $(TPU_STAMP)
-	CALIB_JAX_TESTS_COMPILER=fast $(PY) -m pytest -n 3 --dist worksteal -q tests \
+	CALIB_JAX_TESTS_COMPILER=fast $(PY) -m pytest -n 2 --dist worksteal -q tests \
 	    --ignore=tests/test_dry_run.py -m "not exact_across_programs"
 	$(PY) -m pytest -n 2 --dist worksteal -q $(EXACT_FILES) -m exact_across_programs
 	JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \

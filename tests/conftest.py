@@ -41,7 +41,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-# One persistent JAX compilation cache for the whole `pytest` run: its tests, the xdist
+# One persistent JAX compilation cache for the whole `pytest` run: its tests, both xdist
 # workers and the programs they start (train.py, eval.py, the demo: `CALIB_JAX_COMPILATION_CACHE`
 # is how calib_jax/cli/compilation_cache.py finds it) compile the same small programs many times
 # over (every `tiny_config` run's steps, the evaluation's metrics), and a program compiled once
@@ -99,11 +99,11 @@ def _absl_log_stream():
     logging.captureWarnings(False)
 
 
-# Scheduling over `pytest -n 3` (the Makefile adds `--dist worksteal`: a worker that runs out of
+# Scheduling over `pytest -n 2` (the Makefile adds `--dist worksteal`: a worker that runs out of
 # tests takes half of the other's queue): these modules hold the longest tests (end-to-end
 # training and evaluation, programs in their own processes, the docs' blocks), so they start
 # first, each module's tests kept together in their order (their module fixtures are built
-# once); the quick tests come last, where stealing evens the workers out instead of one
+# once); the quick tests come last, where stealing evens the two workers out instead of one
 # long test keeping one worker busy while the other waits. Longest first (the modules' summed
 # `--durations` of a whole run, 2026-11-27: a long module left out of this list, such as
 # test_evaluation_shift's, ran among the quick tests, at the end).

@@ -8,6 +8,8 @@
 #            `eval.py --predictions` report (eval_predictions_speed.py) at 540 x 10 and 50,000 x 1,000;
 # * dilated: DeepLab's dilated convolutions, XLA's against the phase sub-grid form
 #            (models.atrous; decides atrous.GPU_FORM), and PyTorch's;
+# * cache:   the same `eval.py --predictions` reports with a warm compilation cache (the first
+#            run fills it), programs counted, and saturate at 32 px (missed by an earlier deadline);
 # * steps:   the recipes' steps against the dry run's roofline, and the JAX step against its
 #            PyTorch twin (an earlier round's check; about 5 min).
 # Run from the repository root on the GPU machine; results under $OUT (default: /tmp/out).
@@ -44,6 +46,14 @@ fi
 if [[ $PARTS == *,dilated,* ]]; then
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 80 python3 bench/dilated_conv.py --dilations=1,2,12 \
     2>&1 | quiet | tee "$OUT/dilated_conv.log"
+fi
+if [[ $PARTS == *,cache,* ]]; then
+  timeout 120 python3 bench/eval_predictions_speed.py --runs=3 --cache=warm --count \
+    --data_dir=/tmp/evalspeed 2>&1 | quiet | tee "$OUT/eval_predictions_warm.log"
+  timeout 150 python3 bench/eval_predictions_speed.py --large --runs=2 --cache=warm --count \
+    --data_dir=/tmp/evalspeed 2>&1 | quiet | tee -a "$OUT/eval_predictions_warm.log"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 90 python3 bench/corruption_device.py --sizes=32 \
+    --names=saturate --deadline_s=60 --json="$OUT/saturate_32.jsonl" 2>&1 | quiet | tee "$OUT/saturate_32.log"
 fi
 if [[ $PARTS == *,steps,* ]]; then
   timeout 200 python3 bench/accelerator_step.py --deadline_s=150 --json="$OUT/accelerator_step.jsonl" \

@@ -16,28 +16,48 @@ import pytest
 # can reach it more than XLA's default 40 s apart, which aborts the whole process ("7 of 8
 # device threads reached a collective ..."); the tests wait up to 10 min instead.
 #
-#
 # The tests' programs are small and run a few steps, so compiling them is most of their time.
 # XLA's backend optimisation level 0 takes ~13 % less CPU (paired runs of the evaluation tests);
 # it changes how fast the code runs, not what it computes. `CALIB_JAX_TESTS_COMPILER=fast` (what
 # `make test` sets for its first pass) also turns XLA:CPU's fusion emitters and LLVM's expensive
-# passes off: ~40 % less CPU again (paired runs of the evaluation, loop and loss tests, 2026-11-27).
-# Those emit other, equally exact arithmetic, but not the same bits for two *different* programs
-# of one computation as the default emitters do, and some tests assert exactly that (a k-step
-# scan against k calls, a sweep member against its single run): they are marked
-# `exact_across_programs` and run with the default emitters (make test's second pass).
+# passes off: 44 % less CPU than level 0 alone (paired runs of the evaluation, loop and loss
+# tests, 2026-11-27). Those emit other, equally exact arithmetic, but not the same bits for two
+# *different* programs of one computation as the default emitters do, and some tests assert
+# exactly that (a k-step scan against k calls, a sweep member against its single run): they are
+# marked `exact_across_programs` and run with the default emitters (make test's second pass).
 DEFAULT_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 FAST_COMPILE_FLAGS = (DEFAULT_COMPILE_FLAGS + " --xla_cpu_use_fusion_emitters=false"
                       " --xla_llvm_disable_expensive_passes=true")
+EMITTERS_OFF = "--xla_cpu_use_fusion_emitters=false"
 COMPILER = os.environ.get("CALIB_JAX_TESTS_COMPILER", "default")
 if COMPILER not in ("default", "fast"):
   raise SystemExit(f"CALIB_JAX_TESTS_COMPILER={COMPILER!r} is not one of 'default', 'fast'")
-# The compile flags alone, for the programs tests start with XLA_FLAGS of their own.
-os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"] = (FAST_COMPILE_FLAGS if COMPILER == "fast"
-                                               else DEFAULT_COMPILE_FLAGS)
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
-                      "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
-                      + os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"])
+
+
+def _flag_name(flag: str) -> str:
+  return flag.split("=", 1)[0]
+
+
+def merged_xla_flags(given: str, ours: str) -> str:
+  """The XLA flags in effect: `given` (the user's XLA_FLAGS) as they are, then each flag of
+  `ours` whose name the user did not set (so a user's choice always wins, and merging again,
+  as each xdist worker does, changes nothing)."""
+  names = {_flag_name(f) for f in given.split()}
+  return " ".join(given.split() + [f for f in ours.split() if _flag_name(f) not in names])
+
+
+os.environ["XLA_FLAGS"] = merged_xla_flags(
+    os.environ.get("XLA_FLAGS", ""),
+    "--xla_force_host_platform_device_count=8 "
+    "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
+    + (FAST_COMPILE_FLAGS if COMPILER == "fast" else DEFAULT_COMPILE_FLAGS))
+# Both read off the flags in effect, not off the variable: the programs tests start with XLA_FLAGS
+# of their own get the same compile flags as this process (the compile flags alone), and the
+# exact_across_programs guard below follows the emitters these programs really compile with.
+_COMPILE_FLAG_NAMES = {_flag_name(f) for f in FAST_COMPILE_FLAGS.split()}
+os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"] = " ".join(
+    f for f in os.environ["XLA_FLAGS"].split() if _flag_name(f) in _COMPILE_FLAG_NAMES)
+FUSION_EMITTERS_OFF = EMITTERS_OFF in os.environ["XLA_FLAGS"].split()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -119,11 +139,12 @@ SLOW_MODULES = ("test_run_multihost", "test_sweep", "test_cli_console", "test_do
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects
 def pytest_collection_modifyitems(items):
   exact = [item.nodeid for item in items if item.get_closest_marker("exact_across_programs")]
-  if COMPILER == "fast" and exact:
+  if FUSION_EMITTERS_OFF and exact:
     raise pytest.UsageError(
         f"{len(exact)} tests marked exact_across_programs (the first: {exact[0]}) need XLA's "
-        "default CPU emitters: run them without CALIB_JAX_TESTS_COMPILER=fast, or add "
-        "-m 'not exact_across_programs' (make test runs them in its second pass)")
+        f"default CPU emitters, and XLA_FLAGS has {EMITTERS_OFF}: run them without "
+        "CALIB_JAX_TESTS_COMPILER=fast (or that flag), or add -m 'not exact_across_programs' "
+        "(make test runs them in its second pass)")
   def rank(item):
     name = item.path.stem
     return SLOW_MODULES.index(name) if name in SLOW_MODULES else len(SLOW_MODULES)

@@ -26,13 +26,14 @@ class _Item:
 
 def test_the_fast_compiler_refuses_to_collect_a_test_of_bits_across_programs(monkeypatch):
   items = [_Item("test_a::test_quick", False), _Item("test_b::test_scan_is_k_calls", True)]
-  monkeypatch.setattr(conftest, "COMPILER", "fast")
+  monkeypatch.setattr(conftest, "FUSION_EMITTERS_OFF", True)
   with pytest.raises(pytest.UsageError,
                      match=r"^1 tests marked exact_across_programs \(the first: "
-                           r"test_b::test_scan_is_k_calls\) need XLA's default CPU emitters"):
+                           r"test_b::test_scan_is_k_calls\) need XLA's default CPU emitters, "
+                           r"and XLA_FLAGS has --xla_cpu_use_fusion_emitters=false"):
     conftest.pytest_collection_modifyitems(list(items))
   conftest.pytest_collection_modifyitems(items[:1])  # without it: collected, nothing raised
-  monkeypatch.setattr(conftest, "COMPILER", "default")
+  monkeypatch.setattr(conftest, "FUSION_EMITTERS_OFF", False)
   conftest.pytest_collection_modifyitems(list(items))  # the default emitters run it
 
 
@@ -48,3 +49,20 @@ def test_make_test_runs_the_marked_tests_in_a_pass_of_their_own():
   assert "$(EXACT_FILES)" in exact[0]
   with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
     assert f"EXACT_FILES = $(shell grep -l '{MARKED}' tests/test_*.py)" in f.read()
+
+
+def test_xla_flags_a_user_set_win_and_merging_twice_changes_nothing():
+  ours = "--xla_force_host_platform_device_count=8 " + conftest.FAST_COMPILE_FLAGS
+  merged = conftest.merged_xla_flags("--xla_cpu_use_fusion_emitters=true --xla_dump_to=/d", ours)
+  assert merged.split()[:2] == ["--xla_cpu_use_fusion_emitters=true", "--xla_dump_to=/d"]
+  assert "--xla_cpu_use_fusion_emitters=false" not in merged.split()
+  assert "--xla_force_host_platform_device_count=8" in merged.split()
+  assert conftest.merged_xla_flags(merged, ours) == merged
+  assert conftest.merged_xla_flags("", ours) == ours
+
+
+def test_the_flags_in_effect_are_what_the_started_programs_get():
+  in_effect = os.environ["XLA_FLAGS"].split()
+  given = os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"].split()
+  assert given and all(f in in_effect for f in given)
+  assert conftest.FUSION_EMITTERS_OFF == ("--xla_cpu_use_fusion_emitters=false" in given)

@@ -245,6 +245,12 @@ def _answer_lines(corr: Mapping[str, list[dict]], rot: Mapping[str, list[dict]])
   return lines
 
 
+def _short_verdict(mean: float, half: float) -> str:
+  """`_verdict` in a word (lower is better): the README's one line per question."""
+  verdict = _verdict(mean, half)
+  return "unresolved" if verdict.startswith("no difference") else verdict
+
+
 def _verdict(mean: float, half: float, lower_is_better: bool = True) -> str:
   """Words for a difference A - B with its 95 % interval."""
   if math.isnan(mean):
@@ -273,24 +279,29 @@ def readme_block(loaded: Mapping[str, Mapping[str, Any]], report_link: str) -> s
       for metric in METRICS:
         cells.append(_cell([severity_values(m, metric)[where] for m in models]))
     lines.append(f"| {ROW_LABELS[row]} | " + " | ".join(cells) + " |")
-  lines += ["", f"At severity 5 (differences A − B with 95 % intervals; details in "
+  lines += ["", f"At severity 5, differences A − B with 95 % intervals (details in "
             f"[the report]({report_link})):", ""]
-  questions = [("Training-time calibration under shift: ECE, {a} − CE", "ece",
-                [(r, "ce") for r in ("ls", "focal", "lr", "mbls_m6", "acls")]),
-               ("Temperature scaling fitted on clean data: ECE, CE + TS − CE", "ece",
-                [("ce_ts", "ce")]),
-               ("Ensembles against the losses: ECE, CE ensemble − {b}", "ece",
-                [("ens_ce", r) for r in ("ce_ts", "ls", "focal", "lr", "mbls_m6", "acls")]),
-               ("MbLS ensemble − CE ensemble: NLL", "nll", [("ens_mbls_m6", "ens_ce")])]
-  for title, metric, pairs in questions:
+  # One line per question, however many rows have finished (the README's length is bounded).
+  questions = [("Does training-time calibration survive shift? ECE, loss − CE", "ece",
+                [(r, "ce") for r in ("ls", "focal", "lr", "mbls_m6", "acls")], "{a}"),
+               ("Does TS fitted on clean data help? ECE, CE + TS − CE", "ece",
+                [("ce_ts", "ce")], ""),
+               ("Do ensembles beat the losses? ECE, CE ensemble − loss", "ece",
+                [("ens_ce", r) for r in ("ce_ts", "ls", "focal", "lr", "mbls_m6", "acls")],
+                "{b}"),
+               ("Is an MbLS ensemble better than a CE one? NLL, MbLS ens. − CE ens.", "nll",
+                [("ens_mbls_m6", "ens_ce")], "")]
+  for title, metric, pairs, label in questions:
+    parts = []
     for a, b in pairs:
       if a not in corr or b not in corr:
         continue
       mean, half = compare(corr[a], corr[b], "corruptions", metric, "5")
-      label = title.format(a=ROW_LABELS[a], b=ROW_LABELS[b])
-      lines.append(f"- {label}: {_fmt(mean, half)} ({_verdict(mean, half)})")
-  rows = [ROW_LABELS[r] for r in corr]
-  lines += ["", f"Rows with results: {', '.join(rows)}.", "", README_END]
+      name = label.format(a=ROW_LABELS[a], b=ROW_LABELS[b])
+      parts.append(f"{name + ' ' if name else ''}{_fmt(mean, half)} ({_short_verdict(mean, half)})")
+    if parts:
+      lines.append(f"- {title}: {'; '.join(parts)}")
+  lines += ["", README_END]
   return "\n".join(lines)
 
 

@@ -50,7 +50,11 @@ def test_report_from_results_in_the_eval_layout(tmp_path):
   assert "| CE + TS | " in block and "| MbLS ensemble (5) | " in block
   # The made-up CE + TS halves CE's ECE in every cell, so it is better by an interval off 0.
   line = next(l for l in block.splitlines() if "CE + TS − CE" in l)
-  assert line.endswith("(better)") and "-0.0" in line, line
+  assert line.endswith("(better)") and ": -0.0" in line, line
+  # One line per question, each finished pair in it (MbLS and the ensembles against CE).
+  line = next(l for l in block.splitlines() if l.startswith("- Does training-time"))
+  assert "MbLS " in line and "LS " not in line.replace("MbLS ", ""), line
+  assert sum(l.startswith("- ") for l in block.splitlines()) == 4
   assert "(shift.md)" in block  # the report's path, relative to the README
   assert "Rows with results: CE, CE + TS, MbLS, CE ensemble (5), MbLS ensemble (5)." in text
   assert os.path.getsize(os.path.join(out_dir, report.BOXES_FILE)) > 10_000

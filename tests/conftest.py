@@ -1,6 +1,6 @@
 """Test-wide settings.
 
-Eight fake CPU devices let the data-parallel tests run on a laptop or CI; it must be set before
+Four fake CPU devices let the data-parallel tests run on a laptop or CI; it must be set before
 JAX is first imported, hence here. Tests never touch the network
 (tests/test_data_download.py stands in for downloads).
 """
@@ -12,9 +12,12 @@ import tempfile
 
 import pytest
 
-# Eight fake devices are eight threads on (in CI) two cores: under load a collective's threads
-# can reach it more than XLA's default 40 s apart, which aborts the whole process ("7 of 8
-# device threads reached a collective ..."); the tests wait up to 10 min instead.
+# Four fake CPU devices test data parallelism, and 2-D (member x data) meshes of 2 x 2. Eight
+# took 13-34 % more CPU time in the training tests (paired runs of test_sweep, test_run_loop and
+# test_cli_train, 2026-11-27): every sharded step's collectives are one thread per device, on
+# (in CI) two cores. Under load a collective's threads can reach it more than XLA's default 40 s
+# apart, which aborts the whole process ("3 of 4 device threads reached a collective ..."); the
+# tests wait up to 10 min instead.
 #
 # The tests' programs are small and run a few steps, so compiling them is most of their time.
 # XLA's backend optimisation level 0 takes ~13 % less CPU (paired runs of the evaluation tests);
@@ -29,6 +32,7 @@ DEFAULT_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 FAST_COMPILE_FLAGS = (DEFAULT_COMPILE_FLAGS + " --xla_cpu_use_fusion_emitters=false"
                       " --xla_llvm_disable_expensive_passes=true")
 EMITTERS_OFF = "--xla_cpu_use_fusion_emitters=false"
+NUM_DEVICES = 4
 COMPILER = os.environ.get("CALIB_JAX_TESTS_COMPILER", "default")
 if COMPILER not in ("default", "fast"):
   raise SystemExit(f"CALIB_JAX_TESTS_COMPILER={COMPILER!r} is not one of 'default', 'fast'")
@@ -48,7 +52,7 @@ def merged_xla_flags(given: str, ours: str) -> str:
 
 os.environ["XLA_FLAGS"] = merged_xla_flags(
     os.environ.get("XLA_FLAGS", ""),
-    "--xla_force_host_platform_device_count=8 "
+    f"--xla_force_host_platform_device_count={NUM_DEVICES} "
     "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
     + (FAST_COMPILE_FLAGS if COMPILER == "fast" else DEFAULT_COMPILE_FLAGS))
 # Both read off the flags in effect, not off the variable: the programs tests start with XLA_FLAGS

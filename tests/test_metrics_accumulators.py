@@ -69,10 +69,10 @@ def test_two_halves_merged_equal_the_whole(name):
 
 
 @pytest.mark.parametrize("name", sorted(FACTORIES))
-def test_psum_over_eight_devices_equals_one_device(name):
-  assert jax.device_count() == 8, "tests/conftest.py provides 8 fake CPU devices"
+def test_psum_over_the_devices_equals_one_device(name):
+  assert jax.device_count() > 1, "tests/conftest.py provides fake CPU devices"
   logits, labels, mask = _data(1)
-  mesh = jax.make_mesh((8,), ("data",))
+  mesh = jax.make_mesh((jax.device_count(),), ("data",))
   init = FACTORIES[name]()
 
   def per_device(logits, labels, mask):

@@ -81,11 +81,12 @@ def test_merge_equals_sequential_updates():
     a.merge(metrics.StreamingMetrics.init(num_classes=C))
 
 
-def test_eight_devices_with_psum_equal_one_device():
-  assert jax.device_count() == 8, "tests/conftest.py provides 8 fake CPU devices"
-  logits, labels = _logits(2, 8 * 40)
-  mask = np.random.default_rng(3).random(8 * 40) < 0.9
-  mesh = jax.make_mesh((8,), ("data",))
+def test_the_devices_with_psum_equal_one_device():
+  devices = jax.device_count()
+  assert devices > 1, "tests/conftest.py provides fake CPU devices"
+  logits, labels = _logits(2, devices * 40)
+  mask = np.random.default_rng(3).random(devices * 40) < 0.9
+  mesh = jax.make_mesh((devices,), ("data",))
 
   def per_device(logits, labels, mask):
     acc = metrics.StreamingMetrics.init(num_classes=C)

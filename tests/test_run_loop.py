@@ -131,7 +131,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     ({"model": "resnet7"}, r"unknown model 'resnet7'; valid names: .*small_cnn"),
     ({"data.name": "cifar11"}, r"unknown dataset 'cifar11'; valid names: .*digits"),
     ({"optimizer.learning_rate": -0.1}, r"optimizer.learning_rate must be > 0, got -0.1"),
-    ({"data.batch_size": 36}, r"data.batch_size=36 is not divisible by the number of devices"),
+    ({"data.batch_size": 34}, r"data.batch_size=34 is not divisible by the number of devices"),
     ({"loss_kwargs": {"epsilon": 1.5}}, r"loss 'ce'"),
     ({"optimizer.name": "lion"}, r"unknown optimizer 'lion'; valid optimizers: sgd, adam, adamw"),
     ({"loss": "als"}, r"needs per-example objectness"),

@@ -1,4 +1,4 @@
-"""The train step: data parallelism (8 devices == 1 device), SAM and CRL against references."""
+"""The train step: data parallelism (the suite's devices == 1 device), SAM and CRL against references."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -57,23 +57,24 @@ def _train(model, mesh, batches, *, sam_rho=0.0, crl_weight=0.0, lr=0.1, momentu
   return jax.device_get(state), all_metrics
 
 
-def test_eight_devices_equal_one_device():
-  assert jax.device_count() >= 8, "conftest.py provides 8 fake CPU devices"
+def test_the_devices_equal_one_device():
+  devices = jax.device_count()
+  assert devices > 1, "conftest.py provides fake CPU devices"
   batches = [_batch(0), _batch(1)]
   results = {n: _train(TinyNet(), parallel.make_mesh(jax.devices()[:n]), batches)
-             for n in (1, 8)}
-  (state1, metrics1), (state8, metrics8) = results[1], results[8]
-  assert int(state8.step) == 2
+             for n in (1, devices)}
+  (state1, metrics1), (state_n, metrics_n) = results[1], results[devices]
+  assert int(state_n.step) == 2
   # BatchNorm statistics are over the global batch, gradients the global mean, dropout masks
   # the same: the two runs agree up to float reassociation.
   for a, b in zip(jax.tree.leaves(state1.params) + jax.tree.leaves(state1.batch_stats),
-                  jax.tree.leaves(state8.params) + jax.tree.leaves(state8.batch_stats)):
+                  jax.tree.leaves(state_n.params) + jax.tree.leaves(state_n.batch_stats)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  for m1, m8 in zip(metrics1, metrics8):
-    np.testing.assert_allclose(m1["loss"], m8["loss"], rtol=1e-6)
+  for m1, m_n in zip(metrics1, metrics_n):
+    np.testing.assert_allclose(m1["loss"], m_n["loss"], rtol=1e-6)
   # The update did something (not a trivially equal pair of untrained states).
   init = TinyNet().init({"params": jax.random.key(0)}, batches[0]["image"][:1])["params"]
-  assert np.abs(state8.params["head"]["kernel"] - init["head"]["kernel"]).max() > 1e-4
+  assert np.abs(state_n.params["head"]["kernel"] - init["head"]["kernel"]).max() > 1e-4
 
 
 def _ce(params, x, y):

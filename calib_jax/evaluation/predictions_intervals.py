@@ -61,12 +61,12 @@ def interval_keys(seed: int, count: int = len(INTERVAL_KEYS)) -> list[jax.Array]
 
 
 def spare_device() -> jax.Device | None:
-  """A CPU device of its own for the intervals: the last one, when the default backend is the
-  CPU and JAX was given more than one (`jax_num_cpu_devices`); else None (on a GPU the
+  """A CPU device of its own for the intervals: this process's last, when the default backend
+  is the CPU and JAX was given more than one (`jax_num_cpu_devices`); else None (on a GPU the
   intervals take little of the device's time, and a CPU device beside it would be slower)."""
   if jax.default_backend() != "cpu":
     return None
-  devices = jax.devices()
+  devices = jax.local_devices()  # this process's own (a multi-process run lists all)
   return devices[-1] if len(devices) > 1 else None
 
 

@@ -14,7 +14,8 @@ device. The intervals are most of a small report's device time (on one CPU core,
   the longest metric first, so the device starts on them while the host traces the others.
 
 The same programs on the same keys and inputs wherever they run: the same numbers, to the bit
-(XLA:CPU compiles one program the same for either device; checked on the bench's digits report).
+(XLA:CPU compiles one program the same for either device; checked on the bench's digits and
+50,000 x 1,000 reports, and tested).
 """
 from __future__ import annotations
 

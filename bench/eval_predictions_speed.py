@@ -17,6 +17,11 @@ hits counted apart). The 1-min load average is printed beside each number.
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --runs=3
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --large --runs=1
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --demo
+  /work/main/.venv/bin/python bench/eval_predictions_speed.py --cache=warm --against=/tmp/before
+
+`--against=OTHER_CHECKOUT` pairs each run with one of that checkout (an export of the commit
+before, say), alternating, and says at the end whether the two `metrics.json` are the same to
+the bit (their `files` entries, which name each run's directory, left out).
 """
 import json
 import os
@@ -114,6 +119,20 @@ _EXTRA = flags.DEFINE_string("extra", "", "extra eval.py flags, space-separated"
 _KEEP = flags.DEFINE_string("keep", "", "copy the last metrics.json here")
 _ROOT = flags.DEFINE_string("root", ROOT, "source checkout to run (e.g. an export of the commit "
                             "before, for paired before/after runs)")
+_AGAINST = flags.DEFINE_string("against", "", "another checkout run before each run (paired "
+                               "runs, alternating); their metrics.json are compared at the end")
+
+
+def same_metrics(paths: list[str]) -> bool:
+  """Whether the `metrics.json` files at `paths` hold the same report, to the bit (floats are
+  written as their shortest repr), their `files` entries left out."""
+  reports = []
+  for path in paths:
+    with open(path) as f:
+      report = json.load(f)
+    report.pop("files", None)
+    reports.append(json.dumps(report, sort_keys=True))
+  return len(set(reports)) == 1
 
 
 def main(argv: list[str]) -> None:
@@ -121,55 +140,79 @@ def main(argv: list[str]) -> None:
   args = types.SimpleNamespace(data_dir=_DATA_DIR.value, runs=_RUNS.value, large=_LARGE.value,
                                demo=_DEMO.value, cache=_CACHE.value, count=_COUNT.value,
                                extra=_EXTRA.value, keep=_KEEP.value, root=_ROOT.value,
-                               names=_NAMES.value)
+                               names=_NAMES.value, against=_AGAINST.value)
+  if args.against and args.demo:
+    raise app.UsageError("--against compares metrics.json: it is for a predictions file")
   os.makedirs(args.data_dir, exist_ok=True)
   name = "imagenet_like.npz" if args.large else "digits.npz"
   data = os.path.join(args.data_dir, name)
   if not args.demo and not os.path.exists(data):
     (make_large if args.large else make_digits)(data)
-  python = sys.executable
   cache_dir = os.path.join(args.data_dir, "jax_cache_warm")
-  try:  # A copy of the tree without git (a device machine's) has no revision to name.
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.root, text=True,
-                              capture_output=True).stdout.strip()
-  except OSError:
-    revision = "unknown"
-  print(f"{'demo' if args.demo else name}, cache {args.cache}, {args.root}, git {revision}")
+  roots = [args.against, args.root] if args.against else [args.root]
+  for root in roots:
+    print(f"{'demo' if args.demo else name}, cache {args.cache}, {root}, git {_revision(root)}")
+  kept = {root: os.path.join(args.data_dir, f"metrics_{k}.json") for k, root in enumerate(roots)}
+  for path in kept.values():  # a failed run must not leave an earlier run's file to compare
+    if os.path.exists(path):
+      os.remove(path)
   for i in range(args.runs):
-    work = tempfile.mkdtemp(prefix="evalspeed_")
-    env = dict(os.environ)
-    if args.cache == "off":
-      env["CALIB_JAX_COMPILATION_CACHE"] = "off"
-    else:
-      directory = cache_dir if args.cache == "warm" else os.path.join(work, "cache")
-      env["CALIB_JAX_COMPILATION_CACHE"] = directory
-    if args.demo:
-      cmd = [python, "-m", "calib_jax.demo", f"--workdir={work}/demo"]
-    else:
-      cmd = [python, "eval.py", f"--predictions={data}", f"--workdir={work}"] + args.extra.split()
-    load = _load()
-    wall, rss, status, out = timed(cmd, env, args.root)
-    line = f"run {i}: {wall:.1f} s, peak RSS {rss:.0f} MB, exit {status}, load before {load}"
-    if args.count and not args.demo:
-      env["CALIB_JAX_BENCH_COUNTS"] = os.path.join(work, "counts.json")
-      counted = [python, "-c", _COUNTING] + cmd[2:]
-      if args.cache == "cold":
-        shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
-      timed(counted, env, args.root)
-      with open(env["CALIB_JAX_BENCH_COUNTS"]) as f:
-        counts = json.load(f)
-      line += (f"; programs {counts['compiled']} (cache hits {counts['cache_hits']}, "
-               f"{counts['compile_seconds']:.1f} s; tracing and lowering "
-               f"{counts['trace_lower_seconds']:.1f} s)")
-      if args.names:
-        line += "\n  " + "\n  ".join(f"{n} x{k}" for n, k in sorted(counts["names"].items()))
-    print(line, flush=True)
-    if status != 0 or i == 0:
-      print(out if status else "\n".join(out.splitlines()[:3]))
-    if args.keep and not args.demo:
-      shutil.copy(os.path.join(work, "eval_predictions", "metrics.json"), args.keep)
-    shutil.rmtree(work, ignore_errors=True)
+    for root in roots:
+      _one_run(args, i, data, cache_dir, root, kept[root] if args.against else args.keep,
+               prefix=f"[{'against' if root == args.against else 'this'}] " if args.against
+               else "")
+  if args.against:
+    same = all(map(os.path.exists, kept.values())) and same_metrics(list(kept.values()))
+    print("metrics.json: " + ("the same to the bit" if same else "DIFFERENT (or missing)"))
+    if args.keep and os.path.exists(kept[args.root]):
+      shutil.copy(kept[args.root], args.keep)
 
+
+def _revision(root: str) -> str:
+  try:  # A copy of the tree without git (a device machine's) has no revision to name.
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                          capture_output=True).stdout.strip()
+  except OSError:
+    return "unknown"
+
+
+def _one_run(args, i: int, data: str, cache_dir: str, root: str, keep: str,
+             prefix: str = "") -> None:
+  """One timed `eval.py` (or demo) process of checkout `root`, printed as one line."""
+  python = sys.executable
+  work = tempfile.mkdtemp(prefix="evalspeed_")
+  env = dict(os.environ)
+  if args.cache == "off":
+    env["CALIB_JAX_COMPILATION_CACHE"] = "off"
+  else:
+    directory = cache_dir if args.cache == "warm" else os.path.join(work, "cache")
+    env["CALIB_JAX_COMPILATION_CACHE"] = directory
+  if args.demo:
+    cmd = [python, "-m", "calib_jax.demo", f"--workdir={work}/demo"]
+  else:
+    cmd = [python, "eval.py", f"--predictions={data}", f"--workdir={work}"] + args.extra.split()
+  load = _load()
+  wall, rss, status, out = timed(cmd, env, root)
+  line = f"{prefix}run {i}: {wall:.1f} s, peak RSS {rss:.0f} MB, exit {status}, load before {load}"
+  if args.count and not args.demo:
+    env["CALIB_JAX_BENCH_COUNTS"] = os.path.join(work, "counts.json")
+    counted = [python, "-c", _COUNTING] + cmd[2:]
+    if args.cache == "cold":
+      shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
+    timed(counted, env, root)
+    with open(env["CALIB_JAX_BENCH_COUNTS"]) as f:
+      counts = json.load(f)
+    line += (f"; programs {counts['compiled']} (cache hits {counts['cache_hits']}, "
+             f"{counts['compile_seconds']:.1f} s; tracing and lowering "
+             f"{counts['trace_lower_seconds']:.1f} s)")
+    if args.names:
+      line += "\n  " + "\n  ".join(f"{n} x{k}" for n, k in sorted(counts["names"].items()))
+  print(line, flush=True)
+  if status != 0 or i == 0:
+    print(out if status else "\n".join(out.splitlines()[:3]))
+  if keep and not args.demo and status == 0:
+    shutil.copy(os.path.join(work, "eval_predictions", "metrics.json"), keep)
+  shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":
   app.run(main)

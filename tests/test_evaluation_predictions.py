@@ -13,7 +13,7 @@ import pytest
 
 import calib_jax
 from calib_jax import conformal, metrics, posthoc
-from calib_jax.evaluation import predictions, predictions_plots
+from calib_jax.evaluation import predictions, predictions_intervals, predictions_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,8 +97,8 @@ def test_the_intervals_values_taken_from_the_test_numbers_are_the_metrics_on_the
   assert set(resampled) == {"raw", *predictions.DEFAULT_CALIBRATORS}
   for name, (confidence, correct) in resampled.items():
     test = pending["calibrators"][name]["test"]
-    for key in predictions._VALUES_FROM_TEST:
-      metric = predictions._interval_metric(key, 15)
+    for key in predictions_intervals.VALUES_FROM_TEST:
+      metric = predictions_intervals.interval_metric(key, 15)
       assert np.asarray(test[key]).tobytes() == np.asarray(
           metric(confidence, correct)).tobytes(), (name, key)
 

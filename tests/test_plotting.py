@@ -1,4 +1,8 @@
 """Plots render to valid, non-trivial PNG files."""
+import os
+import subprocess
+import sys
+
 import matplotlib.image
 import numpy as np
 import pytest
@@ -74,3 +78,35 @@ def test_a_long_title_wraps_to_a_single_columns_width(tmp_path, monkeypatch):
                                 str(tmp_path / "two.png"), title=title)
   assert "\n" in titles[0] and titles[0].replace("\n", " ") == title
   assert titles[1] == title
+
+
+_WITHOUT_PYPLOT = (
+    "import sys, numpy as np; from calib_jax import plotting; "
+    "rng = np.random.default_rng(0); p = rng.dirichlet(np.ones(4), 200); "
+    "y = rng.integers(0, 4, 200); "
+    "plotting.reliability_diagrams({{'a': (p, y)}}, {out!r} + '/r.png', title='t'); "
+    "plotting.smooth_reliability_diagram(p, y, {out!r} + '/s.png'); "
+    "plotting.risk_coverage_plot({{'a': (p.max(-1), p.argmax(-1) == y)}}, {out!r} + '/c.png'); "
+    "print('matplotlib.pyplot' in sys.modules)")
+
+
+def test_the_diagrams_are_drawn_without_pyplot_and_its_figures_are_still_closed(tmp_path):
+  """`plotting`'s figures never import pyplot (its start-up is eval.py's time) nor enter its
+  registry; `save_png` closes a pyplot figure (`plotting_maps`, `plotting_shift` make them)."""
+  # Deferred: only this test makes pyplot figures.
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  done = subprocess.run([sys.executable, "-c", _WITHOUT_PYPLOT.format(out=str(tmp_path))],
+                        capture_output=True, text=True, timeout=300, cwd=root,
+                        env={**os.environ, "PYTHONPATH": root})
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.strip().splitlines()[-1] == "False"
+  for name in ("r", "s", "c"):
+    _check_png(tmp_path / f"{name}.png")
+  before = plt.get_fignums()
+  probs, labels = _data(3)
+  plotting.reliability_diagram(probs, labels, str(tmp_path / "one.png"))
+  assert plt.get_fignums() == before
+  fig = plt.figure()
+  plotting.save_png(fig, str(tmp_path / "pyplot.png"))
+  assert plt.get_fignums() == before

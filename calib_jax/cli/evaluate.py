@@ -204,11 +204,23 @@ def _asks_for_predictions(argv: list[str]) -> bool:
   return any(arg.split("=", 1)[0] == "--predictions" for arg in argv[1:])
 
 
+def _second_cpu_device() -> None:
+  """Gives JAX two CPU devices (unless the user chose a number): a predictions report computes
+  its bootstrap intervals on the second, beside the rest of the report on the first
+  (`evaluation.predictions_intervals`); XLA:CPU runs one device's programs one at a time."""
+  import jax  # Deferred as in `compilation_cache.enable` (imported there already).
+  if ("xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
+      and jax.config.jax_num_cpu_devices < 0):
+    jax.config.update("jax_num_cpu_devices", 2)
+
+
 def run() -> None:
   """The program: quiet native logs, the compilation cache, flags, then `main` under absl.
   A predictions file never touches the data pipeline, so TensorFlow is not imported for it."""
   console.quiet_native_logs(sys.argv, import_tensorflow=not _asks_for_predictions(sys.argv))
   compilation_cache.enable()
+  if _asks_for_predictions(sys.argv):
+    _second_cpu_device()
   flags.define(sys.argv)
   app.run(main, flags_parser=flags.parse_flags)
 

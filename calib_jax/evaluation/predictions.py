@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -45,13 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from calib_jax import conformal, metrics, posthoc
-from calib_jax.evaluation import conformal_sets, ensembles, predictions_plots
+from calib_jax.evaluation import (conformal_sets, ensembles, predictions_intervals,
+                                  predictions_plots)
 from calib_jax.evaluation.predictions_input import (  # noqa: F401  (this module's API too)
     OPTIONAL, REQUIRED, PredictionsError, check_predictions, load_npz)
 
 DEFAULT_CALIBRATORS = ("temperature", "vector", "isotonic")
 CONFORMAL_SETS = conformal_sets.CONFORMAL_SETS
-INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
+INTERVAL_KEYS = predictions_intervals.INTERVAL_KEYS
 
 
 @functools.partial(jax.jit, static_argnames="num_bins")
@@ -90,40 +91,6 @@ def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   values, confidence, correct = _cacheable_test_metrics(probs, labels, num_bins)
   values = {**values, **_rank_test_metrics(confidence, correct, num_bins)}
   return values, confidence, correct
-
-
-@functools.lru_cache(maxsize=None)
-def _interval_metric(name: str, num_bins: int) -> Callable:
-  """The metric `name` of `INTERVAL_KEYS` of one calibrator's `(confidence [N], correct [N])`.
-  One object per (name, bins): the bootstrap's compiled program, keyed by the function, is
-  built once per report and reused by every calibrator. (A version vmapped over the
-  calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
-  if name == "ece":
-    return jax.jit(lambda c, r: metrics.ece(*metrics.top_label_rows(c, r), num_bins))
-  if name == "smooth_ece":  # `bootstrap` batches this one's bandwidth searches
-    return metrics.top_label_smooth_ece
-  return metrics.aurc
-
-
-# The intervals whose `value` is the test split's own number, to the bit, so the bootstrap
-# takes it from there instead of compiling and running the metric again on the data (smooth
-# ECE: ~1 s of compiling). Not ECE: its number is taken on the [N, C] probabilities, the
-# interval's on `top_label_rows` (the last bit differs). Checked on the bench's digits and
-# 50,000 x 1,000 reports; tested.
-_VALUES_FROM_TEST = ("smooth_ece", "aurc")
-
-
-def _intervals(confidence: jax.Array, correct: jax.Array, num_bins: int,
-               keys: Sequence[jax.Array], bootstrap_samples: int,
-               test: Mapping[str, jax.Array]) -> dict[str, dict[str, jax.Array]]:
-  """The 95 % intervals of `INTERVAL_KEYS` of one calibrator from its test confidences and
-  correctness `[N]` (`keys`: one per interval, the same for every calibrator, so every
-  calibrator gets the same resamples; `test`: its test numbers, `_VALUES_FROM_TEST`'s values),
-  still on the device (dispatched, not awaited: `_fetched` takes them)."""
-  return {name: metrics.bootstrap(_interval_metric(name, num_bins), confidence, correct,
-                                  num_samples=bootstrap_samples, key=key,
-                                  value=test[name] if name in _VALUES_FROM_TEST else None)
-          for name, key in zip(INTERVAL_KEYS, keys)}
 
 
 def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
@@ -215,20 +182,22 @@ def fit_and_evaluate(val_logits: Any, val_labels: Any, test_logits: Any, test_la
   pending, fitted, resampled = _dispatched(
       val_logits, val_labels, test_logits, test_labels, ood_logits=ood_logits,
       calibrators=calibrators, alphas=alphas, num_bins=num_bins,
-      bootstrap_samples=bootstrap_samples)
-  _add_intervals(pending, resampled, num_bins, bootstrap_samples, seed)
+      bootstrap_samples=bootstrap_samples, seed=seed)
+  predictions_intervals.add_intervals(pending, resampled, num_bins, bootstrap_samples, seed)
   return _fetched(pending), fitted
 
 
 def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels: Any, *,
                 ood_logits: Any, calibrators: Sequence[str], alphas: Sequence[float],
-                num_bins: int, bootstrap_samples: int
+                num_bins: int, bootstrap_samples: int, seed: int = 0
                 ) -> tuple[dict[str, Any], dict[str, posthoc.Calibrator],
                                         dict[str, tuple[jax.Array, jax.Array]]]:
-  """`fit_and_evaluate`'s report without its intervals, its numbers still on the device
-  (dispatched, not awaited; only the conformal sets are awaited per calibrator, so one
-  calibrator's `[N, C]` probabilities at a time stay alive), the fitted calibrators, and each
-  calibrator's test `(confidence, correct)` for `_add_intervals`."""
+  """`fit_and_evaluate`'s report, its numbers still on the device (dispatched, not awaited;
+  only the conformal sets are awaited per calibrator, so one calibrator's `[N, C]`
+  probabilities at a time stay alive), the fitted calibrators, and each calibrator's test
+  `(confidence, correct)`. Its intervals are in it only where a spare CPU device computes them
+  beside the rest (`predictions_intervals.spare_device`); else
+  `predictions_intervals.add_intervals` adds them after the last host wait."""
   arrays, members = ensembles.split_members(check_predictions({  # an ensemble's: its log p̄
       "val_logits": val_logits, "val_labels": val_labels, "test_logits": test_logits,
       "test_labels": test_labels, "ood_logits": ood_logits}))
@@ -257,6 +226,9 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
   # One calibrator at a time: its [N, C] probabilities are dropped once its numbers are taken
   # (the bootstrap needs only each test sample's confidence and correctness).
   report, fitted, resampled = {}, {}, {}
+  spare = predictions_intervals.spare_device() if bootstrap_samples else None
+  if spare is not None:
+    keys = dict(zip(INTERVAL_KEYS, predictions_intervals.interval_keys(seed)))
   for name in ("raw",) + tuple(calibrators):
     if name == "raw":
       # Op by op (not one jitted program: that rounds differently, and these are the
@@ -271,9 +243,12 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
       fitted[name] = calibrator
       val_p, test_p = calibrator(val_x), calibrator(test_x)
     values, confidence, correct = _test_metrics(test_p, test_y, num_bins)
-    report[name] = {"test": dict(values),
-                    "conformal": conformal_sets.conformal_report(val_p, val_y, test_p, test_y,
-                                                                 alphas, class_alphas)}
+    report[name] = {"test": dict(values)}
+    if spare is not None:  # computing there from now on, while the host goes on here
+      report[name]["test"]["intervals"] = predictions_intervals.dispatch(
+          confidence, correct, values, num_bins, bootstrap_samples, keys, spare)
+    report[name]["conformal"] = conformal_sets.conformal_report(val_p, val_y, test_p, test_y,
+                                                                alphas, class_alphas)
     del val_p, test_p
     resampled[name] = (confidence, correct)
   pnorm_p = posthoc.select_pnorm(val_x, val_y)
@@ -293,19 +268,6 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
     results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
   results = ensembles.add_to_report(results, members, test_y, wrong, num_bins, _detection)
   return results, fitted, resampled
-
-
-def _add_intervals(results: dict[str, Any], resampled: dict[str, tuple[jax.Array, jax.Array]],
-                   num_bins: int, bootstrap_samples: int, seed: int) -> None:
-  """Dispatches every calibrator's bootstrap intervals into `results` (`test.intervals`),
-  last: they are most of a small report's device time, and XLA:CPU runs a program dispatched
-  after them only once they are done, so whatever the host must wait for comes first."""
-  if not bootstrap_samples:
-    return
-  keys = list(jax.random.split(jax.random.key(seed), len(INTERVAL_KEYS)))
-  for name, (confidence, correct) in resampled.items():
-    test = results["calibrators"][name]["test"]
-    test["intervals"] = _intervals(confidence, correct, num_bins, keys, bootstrap_samples, test)
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -365,12 +327,12 @@ def evaluate_and_write(out_dir: str, arrays: Mapping[str, Any],
   bootstrap intervals are still computing (`eval.py --predictions`)."""
   options = {"calibrators": DEFAULT_CALIBRATORS, "alphas": (0.1, 0.05), "num_bins": 15,
              "bootstrap_samples": 1000, "seed": 0, **options}
-  seed = options.pop("seed")
   pending, _, resampled = _dispatched(
       **{k: arrays.get(k) for k in REQUIRED + OPTIONAL}, **options)
-  # Before the intervals (see _add_intervals):
+  # Before the intervals on the default device (`predictions_intervals`):
   numbers = predictions_plots.plot_numbers_of(pending, resampled)
-  _add_intervals(pending, resampled, options["num_bins"], options["bootstrap_samples"], seed)
+  predictions_intervals.add_intervals(pending, resampled, options["num_bins"],
+                                      options["bootstrap_samples"], options["seed"])
   files = {"metrics": os.path.join(out_dir, "metrics.json"),
            **predictions_plots.draw(out_dir, numbers, "reliability.png")}  # while they compute
   results = _fetched(pending)

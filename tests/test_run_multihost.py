@@ -2,8 +2,8 @@
 joined by `jax.distributed.initialize` (collectives over gloo), train the tiny config, as a
 single run and as a seed sweep; both processes are killed mid-run and restarted. Each process reads its own disjoint shard of the
 training split, so the global batch of a step is host 0's shard batch then host 1's: the result
-must match one process with 8 devices fed those same global batches (to 1e-5), and only process
-0 writes the logs."""
+must match one process (the suite's 4 devices) fed those same global batches (to 1e-5: the
+same data-parallel step on another number of devices), and only process 0 writes the logs."""
 import json
 import os
 import socket
@@ -130,7 +130,7 @@ def test_two_processes_train_like_one_and_resume_after_a_kill(tmp_path, monkeypa
   workdir = single["workdir"]
   records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
   assert [r["step"] for r in records] == [8, 16, 24]  # 8 before the kill, then the rest
-  # One process, 8 devices, the same global batches.
+  # One process (the suite's 4 devices), the same global batches.
   reference = loop.train_and_evaluate(tiny_config(), str(tmp_path / "one_process"))
   _assert_params_match(hosts[0], reference.params)
 

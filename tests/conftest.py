@@ -14,10 +14,10 @@ import pytest
 
 # Four fake CPU devices test data parallelism, and 2-D (member x data) meshes of 2 x 2. Eight
 # took 13-34 % more CPU time in the training tests (paired runs of test_sweep, test_run_loop and
-# test_cli_train, 2026-11-27): every sharded step's collectives are one thread per device, on
-# (in CI) two cores. Under load a collective's threads can reach it more than XLA's default 40 s
-# apart, which aborts the whole process ("3 of 4 device threads reached a collective ..."); the
-# tests wait up to 10 min instead.
+# test_cli_train on a loaded machine, 2026-11-27; the whole suite on the idle one gained less):
+# every sharded step's collectives are one thread per device, on (in CI) two cores. Under load a
+# collective's threads can reach it more than XLA's default 40 s apart, which aborts the whole
+# process ("3 of 4 device threads reached a collective ..."); the tests wait up to 10 min instead.
 #
 # The tests' programs are small and run a few steps, so compiling them is most of their time.
 # XLA's backend optimisation level 0 takes ~13 % less CPU (paired runs of the evaluation tests);

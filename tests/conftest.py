@@ -29,9 +29,9 @@ import pytest
 # exactly that (a k-step scan against k calls, a sweep member against its single run): they are
 # marked `exact_across_programs` and run with the default emitters (make test's second pass).
 DEFAULT_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
-FAST_COMPILE_FLAGS = (DEFAULT_COMPILE_FLAGS + " --xla_cpu_use_fusion_emitters=false"
-                      " --xla_llvm_disable_expensive_passes=true")
 EMITTERS_OFF = "--xla_cpu_use_fusion_emitters=false"
+FAST_COMPILE_FLAGS = (f"{DEFAULT_COMPILE_FLAGS} {EMITTERS_OFF}"
+                      " --xla_llvm_disable_expensive_passes=true")
 NUM_DEVICES = 4
 COMPILER = os.environ.get("CALIB_JAX_TESTS_COMPILER", "default")
 if COMPILER not in ("default", "fast"):

@@ -245,10 +245,13 @@ def _answer_lines(corr: Mapping[str, list[dict]], rot: Mapping[str, list[dict]])
   return lines
 
 
+_UNRESOLVED = "no difference the intervals resolve"  # `_verdict`'s, which `_short_verdict` shortens
+
+
 def _short_verdict(mean: float, half: float) -> str:
   """`_verdict` in a word (lower is better): the README's one line per question."""
   verdict = _verdict(mean, half)
-  return "unresolved" if verdict.startswith("no difference") else verdict
+  return "unresolved" if verdict == _UNRESOLVED else verdict
 
 
 def _verdict(mean: float, half: float, lower_is_better: bool = True) -> str:
@@ -256,7 +259,7 @@ def _verdict(mean: float, half: float, lower_is_better: bool = True) -> str:
   if math.isnan(mean):
     return "pending"
   if math.isnan(half) or abs(mean) <= half:
-    return "no difference the intervals resolve"
+    return _UNRESOLVED
   better = (mean < 0) == lower_is_better
   return "better" if better else "worse"
 

@@ -37,14 +37,21 @@ $(TPU_STAMP): $(STAMP)
 # also with XLA:CPU's cheaper emitters (CALIB_JAX_TESTS_COMPILER=fast), the second with its
 # default ones the tests that assert two different programs' bits equal (collected from the
 # files that mark any: collecting all of tests/ again costs each worker ~10 s); the dry-run
-# tests compile for TPU at the default level, as a user's dry run does.
+# tests compile for TPU at the default level, as a user's dry run does. The last two run side
+# by side (a third process fills the second pass's start-up and tail); the dry-run tests'
+# output is shown after the second pass's, and either one failing fails `make test`.
 EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)
 test: $(STAMP) $(TPU_STAMP)
 	CALIB_JAX_TESTS_COMPILER=fast $(PY) -m pytest -n 2 --dist worksteal -q tests \
 	    --ignore=tests/test_dry_run.py -m "not exact_across_programs"
-	$(PY) -m pytest -n 2 --dist worksteal -q $(EXACT_FILES) -m exact_across_programs
+	dry_log=$$(mktemp); \
 	JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-	    $(TPU_PY) -m pytest -q tests/test_dry_run.py
+	    $(TPU_PY) -m pytest -q -p no:cacheprovider tests/test_dry_run.py > $$dry_log 2>&1 & \
+	dry=$$!; \
+	$(PY) -m pytest -n 2 --dist worksteal -q $(EXACT_FILES) -m exact_across_programs; \
+	exact_status=$$?; wait $$dry; dry_status=$$?; \
+	echo "tests/test_dry_run.py (.venv-tpu):"; cat $$dry_log; rm -f $$dry_log; \
+	test $$exact_status -eq 0 && test $$dry_status -eq 0
 
 demo: $(STAMP)
 	$(PY) -m calib_jax.demo

@@ -27,4 +27,5 @@ from calib_jax.data.pipeline import (Batches, EvalPipeline, PipelineOptions, eva
 from calib_jax.data.registry import DatasetMeta, info, names
 
 __all__ = ["Batches", "CROPS", "corrupted", "DataError", "DatasetMeta", "EvalPipeline",
-           "PipelineOptions", "eval_pipeline", "info", "make_dataset", "names", "num_examples", "objectness", "tfds_split"]
+           "PipelineOptions", "eval_pipeline", "info", "make_dataset", "names", "num_examples",
+           "objectness", "tfds_split"]

@@ -241,12 +241,12 @@ def test_an_evaluation_split_read_again_is_the_same_pass_of_one_pipeline(monkeyp
   """`DataRecipe.eval_stream` builds a split's pipeline on its first pass (`data.eval_pipeline`)
   and reads it again from the start: every pass the same batches; another split or option, its
   own pipeline."""
-  recipe = experiment.build(tiny_config()).data
+  exp = experiment.build(tiny_config())
+  recipe, mesh = exp.data, exp.mesh
   built = []
   original = data.eval_pipeline
   monkeypatch.setattr(data, "eval_pipeline",
                       lambda *args, **kwargs: built.append(args) or original(*args, **kwargs))
-  mesh = experiment.build(tiny_config()).mesh
   passes = [[jax.device_get(b) for b in recipe.eval_stream("val", mesh)] for _ in range(2)]
   assert len(passes[0]) == 4 and built == [("digits", "val")]  # 200 examples, batches of 64
   for first, second in zip(*passes, strict=True):

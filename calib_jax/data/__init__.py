@@ -22,9 +22,10 @@ from calib_jax.data import corrupted
 from calib_jax.data.boxes import objectness
 from calib_jax.data.checks import DataError
 from calib_jax.data.crops import CROPS
-from calib_jax.data.pipeline import (Batches, PipelineOptions, make_dataset, num_examples,
-                                     tfds_split)
+from calib_jax.data.pipeline import (Batches, EvalPipeline, PipelineOptions, eval_pipeline,
+                                     make_dataset, num_examples, tfds_split)
 from calib_jax.data.registry import DatasetMeta, info, names
 
-__all__ = ["Batches", "CROPS", "corrupted", "DataError", "DatasetMeta", "PipelineOptions", "info",
-           "make_dataset", "names", "num_examples", "objectness", "tfds_split"]
+__all__ = ["Batches", "CROPS", "corrupted", "DataError", "DatasetMeta", "EvalPipeline",
+           "PipelineOptions", "eval_pipeline", "info", "make_dataset", "names", "num_examples",
+           "objectness", "tfds_split"]

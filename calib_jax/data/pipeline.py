@@ -322,6 +322,16 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
       empty split (one line naming dataset, split and example).
     FileNotFoundError: the data are not available offline (the message says how to get them).
   """
+  opened = _open(name, split, batch_size=batch_size, train=train, seed=seed, data_dir=data_dir,
+                 start_batch=start_batch, process_index=process_index,
+                 process_count=process_count, **options)
+  return opened.batches() if isinstance(opened, EvalPipeline) else opened
+
+
+def _open(name: str, split: str, *, batch_size: int, train: bool, seed: int, data_dir: str | None,
+          start_batch: int, process_index: int | None, process_count: int | None,
+          **options) -> "Batches | EvalPipeline":
+  """`make_dataset`'s stream: training `Batches`, or the evaluation split's `EvalPipeline`."""
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
   check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
@@ -346,8 +356,40 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
                    num_batches=None, batches_per_epoch=per_epoch)
   ds = _eval_stream(examples, processor, batch_size=batch_size, opts=opts)
   num_batches = math.ceil(math.ceil(count / process_count) / batch_size)
-  batches = _iterate_eval(checked_batches(ds, name, split, num_classes, stored_shape), ds,
-                          batch_size, num_batches)
-  return Batches(batches, num_examples=count, num_batches=num_batches,
-                 batches_per_epoch=num_batches)
+  return EvalPipeline(ds, name, split, num_classes, stored_shape, batch_size=batch_size,
+                      num_examples=count, num_batches=num_batches)
+
+
+class EvalPipeline:
+  """One evaluation split's tf.data pipeline, built once and read from its start by each
+  `batches()`: what `eval_pipeline` returns to a reader that passes over the same split many
+  times (each member of a sweep, validation every few steps), since building the pipeline
+  (tracing its map functions) costs more than reading a small split.
+  """
+
+  def __init__(self, ds: tf.data.Dataset, name: str, split: str, num_classes: int,
+               stored_shape: tuple[int, ...] | None, *, batch_size: int, num_examples: int,
+               num_batches: int):
+    self._ds, self._name, self._split = ds, name, split
+    self._num_classes, self._stored_shape = num_classes, stored_shape
+    self._batch_size, self._num_examples, self._num_batches = (batch_size, num_examples,
+                                                               num_batches)
+
+  def batches(self) -> Batches:
+    """One pass over the split: `make_dataset(..., train=False)`'s `Batches`."""
+    checked = checked_batches(self._ds, self._name, self._split, self._num_classes,
+                              self._stored_shape)
+    return Batches(_iterate_eval(checked, self._ds, self._batch_size, self._num_batches),
+                   num_examples=self._num_examples, num_batches=self._num_batches,
+                   batches_per_epoch=self._num_batches)
+
+
+def eval_pipeline(name: str, split: str, *, batch_size: int, data_dir: str | None = None,
+                  process_index: int | None = None, process_count: int | None = None,
+                  **options) -> EvalPipeline:
+  """`make_dataset(name, split, train=False, ...)` as an `EvalPipeline`: the same passes, each
+  `batches()` a new one, the pipeline built once (arguments and errors as `make_dataset`'s)."""
+  return _open(name, split, batch_size=batch_size, train=False, seed=0, data_dir=data_dir,
+               start_batch=0, process_index=process_index, process_count=process_count,
+               **options)
 

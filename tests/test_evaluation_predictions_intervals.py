@@ -50,6 +50,7 @@ def test_the_intervals_on_a_spare_cpu_device_are_those_on_the_default_one(arrays
   monkeypatch.setattr(predictions, "_dispatched", noting)
   on_spare, _ = predictions.fit_and_evaluate(**arrays, bootstrap_samples=50, seed=3)
   intervals = noted[-1]["isotonic"]
+  assert intervals is not None, "the intervals were not dispatched with the rest"
   assert list(intervals) == list(predictions.INTERVAL_KEYS)
   assert intervals["smooth_ece"] == {spare}
   monkeypatch.setattr(predictions_intervals, "spare_device", lambda: None)

@@ -1,6 +1,8 @@
 """Any model's predictions: `evaluate_predictions` against the metrics it is made of, its
 one-line errors, and `eval.py --predictions` as a user runs it."""
 import ast
+import contextlib
+import io
 import json
 import os
 import re
@@ -10,9 +12,12 @@ import sys
 import jax
 import numpy as np
 import pytest
+from absl import flags as absl_flags
 
 import calib_jax
 from calib_jax import conformal, metrics, posthoc
+from calib_jax.cli import evaluate as cli_evaluate
+from calib_jax.cli import flags as cli_flags
 from calib_jax.evaluation import predictions, predictions_intervals, predictions_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,6 +43,17 @@ def arrays():
 @pytest.fixture(scope="module")
 def results(arrays):
   return calib_jax.evaluate_predictions(**arrays, bootstrap_samples=100)
+
+
+@pytest.fixture(scope="module")
+def dispatched(arrays):
+  """`_dispatched`'s report without intervals (still on the device), its fitted calibrators
+  and each calibrator's test `(confidence, correct)`, read by several tests (none changes
+  them)."""
+  return predictions._dispatched(
+      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
+      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
+      bootstrap_samples=0)
 
 
 def test_each_number_is_the_metric_it_names(arrays, results):
@@ -87,13 +103,10 @@ def test_the_test_splits_aece_and_aurc_are_those_metrics_to_the_bit(n, cacheable
 
 
 def test_the_intervals_values_taken_from_the_test_numbers_are_the_metrics_on_the_data(
-    arrays):
+    dispatched):
   """`_VALUES_FROM_TEST`: the bootstrap is given the test split's number as its `value`; it is
   the bits the interval's own metric gives on each calibrator's `(confidence, correct)`."""
-  pending, _, resampled = predictions._dispatched(
-      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
-      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
-      bootstrap_samples=0)
+  pending, _, resampled = dispatched
   assert set(resampled) == {"raw", *predictions.DEFAULT_CALIBRATORS}
   for name, (confidence, correct) in resampled.items():
     test = pending["calibrators"][name]["test"]
@@ -137,9 +150,20 @@ def test_bad_predictions_are_one_line_each(arrays, change, message):
                                         predictions.REQUIRED + predictions.OPTIONAL})
 
 
-def _eval(*args, env=None):
-  return subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args],
-                        capture_output=True, text=True, timeout=600, env=env)
+def _eval_in_process(*args: str) -> str:
+  """eval.py's `main` on the command line `args`, in this process (flags parsed as `app.run`
+  parses them; `evaluate.run`'s process set-up is test_eval_command_reports_a_file_of_
+  predictions' part); returns what it printed. A process costs ~5 s of imports and compiles
+  afresh, and these tests check the command's report, not its process."""
+  argv = ["eval.py", *args]
+  cli_flags.define(argv)
+  printed = io.StringIO()
+  try:
+    with contextlib.redirect_stdout(printed):
+      cli_evaluate.main(absl_flags.FLAGS(argv))
+  finally:
+    absl_flags.FLAGS.unparse_flags()  # the next command line starts from the defaults
+  return printed.getvalue()
 
 
 # What a predictions file does not need: the data pipeline's TensorFlow, and flax (models only).
@@ -151,13 +175,16 @@ _EVAL_NOTING_IMPORTS = (
     f"sys.path.insert(0, {ROOT!r}); from calib_jax.cli import evaluate; evaluate.run()")
 
 
-def _unneeded_imports(statements: str) -> list[str]:
-  """Which of `_UNNEEDED` a fresh process has imported after running `statements`."""
-  code = f"import sys; {statements}; print(sorted(m for m in {_UNNEEDED!r} if m in sys.modules))"
+def _unneeded_imports(*statements: str) -> list[list[str]]:
+  """Which of `_UNNEEDED` one fresh process has imported after running each of `statements`,
+  one after the other."""
+  noted = f"print(sorted(m for m in {_UNNEEDED!r} if m in sys.modules))"
+  code = "import sys; " + "; ".join(f"{s}; {noted}" for s in statements)
   done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
   assert done.returncode == 0, done.stderr[-2000:]
-  return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+  return [ast.literal_eval(line) for line in
+          done.stdout.strip().splitlines()[-len(statements):]]
 
 
 def test_the_predictions_path_imports_neither_tensorflow_nor_flax():
@@ -166,9 +193,10 @@ def test_the_predictions_path_imports_neither_tensorflow_nor_flax():
   path = ("from calib_jax.cli import evaluate; "
           "from calib_jax.evaluation import predictions, predictions_plots; "
           "from calib_jax import metrics, posthoc, conformal, plotting_data")
-  assert _unneeded_imports(path) == []
-  # The check sees them when they are imported.
-  assert _unneeded_imports(path + "; import flax.struct") == ["flax"]
+  after_path, after_flax = _unneeded_imports(path, "import flax.struct")
+  assert after_path == []
+  # The check sees them when they are imported (in the same process, next).
+  assert after_flax == ["flax"]
 
 
 def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
@@ -200,24 +228,29 @@ def test_eval_command_reports_a_file_of_predictions(arrays, tmp_path):
       abs=1e-6)
   assert (out / "reliability.png").stat().st_size > 0
   np.savez(tmp_path / "bad.npz", val_logits=small["val_logits"])
-  bad = _eval(f"--predictions={tmp_path / 'bad.npz'}", f"--workdir={tmp_path / 'out2'}")
-  assert bad.returncode == 1
-  assert bad.stderr.strip().splitlines()[-1] == (
+  # A bad file: exit status 1 with one line on stderr (Python's exit with a message, here in
+  # this process: the line is the exit's message).
+  with pytest.raises(SystemExit) as bad:
+    _eval_in_process(f"--predictions={tmp_path / 'bad.npz'}", f"--workdir={tmp_path / 'out2'}")
+  assert bad.value.code == (
       "eval.py: predictions: missing array 'val_labels' (needed: val_logits, val_labels, "
       "test_logits, test_labels; optional: ood_logits)")
 
 
-def test_evaluate_and_write_is_fit_and_evaluate_then_write_report(arrays, results, tmp_path):
+def test_evaluate_and_write_is_fit_and_evaluate_then_write_report(arrays, results, dispatched,
+                                                                  tmp_path):
   """`evaluate_and_write` (eval.py's: plots drawn while the intervals compute) gives the same
   numbers, in the same order (the console's rows), and the same files as `fit_and_evaluate`
-  then `write_report`."""
+  then `write_report` (`results` is `fit_and_evaluate`'s report; its calibrators, fitted on the
+  validation logits alone, are those `_dispatched` fits whatever the alphas and resamples)."""
   got, files = predictions.evaluate_and_write(str(tmp_path / "out"), arrays,
                                               bootstrap_samples=100)
   assert got == results
   assert list(got["calibrators"]) == ["raw", "temperature", "vector", "isotonic"]
   assert all(type(v) is float for v in got["calibrators"]["raw"]["test"]["intervals"]["ece"]
              .values())
-  _, fitted = predictions.fit_and_evaluate(**arrays, bootstrap_samples=100)
+  _, fitted, _ = dispatched
+  assert list(fitted) == ["temperature", "vector", "isotonic"]
   expected = predictions.write_report(str(tmp_path / "then"), arrays, results, fitted)
   assert [os.path.basename(f) for f in files.values()] == [
       os.path.basename(f) for f in expected.values()]
@@ -227,13 +260,10 @@ def test_evaluate_and_write_is_fit_and_evaluate_then_write_report(arrays, result
 
 
 def test_the_plots_numbers_from_each_calibrators_confidences_are_those_of_its_probabilities(
-    arrays):
+    arrays, dispatched):
   """`evaluate_and_write` draws from the confidences the report keeps (`plot_numbers_of`);
   `plot_report` from the probabilities (`plot_numbers`): the same numbers, to the bit."""
-  pending, fitted, resampled = predictions._dispatched(
-      **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
-      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
-      bootstrap_samples=0)
+  pending, fitted, resampled = dispatched
   of_probs = predictions_plots.plot_numbers(arrays, pending, fitted)
   of_confidences = predictions_plots.plot_numbers_of(pending, resampled)
   assert list(of_probs["reliability"]) == list(of_confidences["reliability"])
@@ -365,10 +395,9 @@ def test_bad_member_stacked_predictions_are_one_line_each(stacked, change, messa
 
 def test_eval_command_reports_a_file_of_member_stacked_predictions(stacked, tmp_path):
   np.savez(tmp_path / "members.npz", **stacked)
-  done = _eval(f"--predictions={tmp_path / 'members.npz'}", f"--workdir={tmp_path / 'out'}",
-               "--bootstrap_samples=0")
-  assert done.returncode == 0, done.stderr[-2000:]
-  assert "mean member" in done.stdout and "mutual_information" in done.stdout
+  printed = _eval_in_process(f"--predictions={tmp_path / 'members.npz'}",
+                             f"--workdir={tmp_path / 'out'}", "--bootstrap_samples=0")
+  assert "mean member" in printed and "mutual_information" in printed
   written = json.loads((tmp_path / "out" / predictions.PREDICTIONS_DIR / "metrics.json")
                        .read_text())
   assert written["ensemble"]["num_members"] == 3

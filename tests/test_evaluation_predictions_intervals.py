@@ -31,22 +31,31 @@ def arrays():
 def test_the_intervals_on_a_spare_cpu_device_are_those_on_the_default_one(arrays, monkeypatch):
   """The suite's process has 8 CPU devices (conftest), so the report computes its intervals on
   the last while the rest runs on the first; without a spare device they are dispatched last
-  on the default one, metric by metric. Both give the same numbers to the bit."""
+  on the default one, metric by metric. Both give the same numbers to the bit.
+
+  One `fit_and_evaluate` each way; what its `_dispatched` returned (before `add_intervals`) is
+  noted as it returns."""
   spare = predictions_intervals.spare_device()
   assert spare is not None and spare != jax.devices()[0]  # else this test checks nothing
-  pending, _, _ = predictions._dispatched(
-      **arrays, ood_logits=None, calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,),
-      num_bins=15, bootstrap_samples=50, seed=3)
-  intervals = pending["calibrators"]["isotonic"]["test"]["intervals"]
-  assert list(intervals) == list(predictions.INTERVAL_KEYS)
-  assert intervals["smooth_ece"]["lower"].devices() == {spare}
+  dispatched, noted = predictions._dispatched, []
+
+  def noting(*args, **kwargs):
+    pending, fitted, resampled = dispatched(*args, **kwargs)
+    tests = {name: entry["test"] for name, entry in pending["calibrators"].items()}
+    noted.append({name: ({metric: interval["lower"].devices()
+                          for metric, interval in test["intervals"].items()}
+                         if "intervals" in test else None) for name, test in tests.items()})
+    return pending, fitted, resampled
+
+  monkeypatch.setattr(predictions, "_dispatched", noting)
   on_spare, _ = predictions.fit_and_evaluate(**arrays, bootstrap_samples=50, seed=3)
+  intervals = noted[-1]["isotonic"]
+  assert intervals is not None, "the intervals were not dispatched with the rest"
+  assert list(intervals) == list(predictions.INTERVAL_KEYS)
+  assert intervals["smooth_ece"] == {spare}
   monkeypatch.setattr(predictions_intervals, "spare_device", lambda: None)
-  pending, _, _ = predictions._dispatched(
-      **arrays, ood_logits=None, calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,),
-      num_bins=15, bootstrap_samples=50, seed=3)
-  assert "intervals" not in pending["calibrators"]["raw"]["test"]  # added by add_intervals
   last, _ = predictions.fit_and_evaluate(**arrays, bootstrap_samples=50, seed=3)
+  assert noted[-1]["raw"] is None  # added by add_intervals
   assert on_spare == last  # Python floats widened exactly from float32: the same bits
   for name, entry in last["calibrators"].items():
     assert list(entry["test"]["intervals"]) == list(predictions.INTERVAL_KEYS), name

@@ -32,9 +32,16 @@ def digits_run(tmp_path_factory):
   return config, workdir
 
 
-def test_the_toolkit_is_evaluate_predictions_of_the_runs_logits(digits_run):
+@pytest.fixture(scope="module")
+def digits_report(digits_run):
+  """eval.py's report of `digits_run` (read, not changed, by the tests that share it)."""
   config, workdir = digits_run
-  results = evaluation.evaluate_run(config, workdir)
+  return evaluation.evaluate_run(config, workdir)
+
+
+def test_the_toolkit_is_evaluate_predictions_of_the_runs_logits(digits_run, digits_report):
+  _, workdir = digits_run
+  results = digits_report
   posthoc = results["posthoc"]
   assert set(posthoc["calibrators"]) == {"raw", "temperature", "isotonic"}
   assert posthoc["num_test"] == results["pre_temperature"]["num_samples"]
@@ -73,14 +80,14 @@ def test_the_toolkit_is_evaluate_predictions_of_the_runs_logits(digits_run):
   assert "isotonic" in table and "conformal sets" in table
 
 
-def test_the_toolkit_recomputed_from_the_saved_logits(digits_run):
+def test_the_toolkit_recomputed_from_the_saved_logits(digits_run, digits_report):
   """Everything the toolkit reports is `evaluate_predictions` of the run's val/test logits:
   recomputed here from logits predicted independently of the report."""
   import jax
   from calib_jax import experiment as experiment_lib
   from calib_jax.training import step as step_lib
   config, workdir = digits_run
-  results = evaluation.evaluate_run(config, workdir)
+  results = digits_report
   experiment = experiment_lib.build(config)
   variables, _ = evaluation.restore_variables(experiment, workdir)
   predict = step_lib.make_predict_fn(experiment.model, experiment.mesh)

@@ -161,14 +161,41 @@ def test_names_cover_the_spec_table():
 
 # --- values against the numpy references ---------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(PER_EXAMPLE_REFS))
-@pytest.mark.parametrize("scale", [1.0, 8.0])
-def test_per_example_values_match_numpy(name, scale):
-  z, y = random_batch(scale=scale, seed=int(scale))
+# Several tests below check every loss on the same inputs: their cases are computed in one
+# jitted program per test (a module fixture), each case still asserted by its own test. Called
+# op by op, each case compiled each primitive of its loss at its shapes (~0.3 s a case); the
+# losses are jit-able by contract, and test_jit_vmap_and_bfloat16 checks each one op by op
+# against its jitted form.
+SCALES = (1.0, 8.0)
+
+
+def _per_example_kw(name):
   # Small margins so the margin terms are active at this logit scale.
-  kw = {"margin": 2.0} if name in ("mbls", "acls") else {}
-  np.testing.assert_allclose(call(name, z, y, **kw), PER_EXAMPLE_REFS[name](z, y, **kw).mean(),
-                             rtol=2e-5, atol=2e-5)
+  return {"margin": 2.0} if name in ("mbls", "acls") else {}
+
+
+@pytest.fixture(scope="module")
+def per_example_values():
+  """{(name, scale): the loss} of test_per_example_values_match_numpy, one program."""
+  batches = [random_batch(scale=scale, seed=int(scale)) for scale in SCALES]
+  fns = {name: losses.get(name, **_per_example_kw(name)) for name in PER_EXAMPLE_REFS}
+
+  @jax.jit
+  def values(zs, ys):
+    return {name: [fn(z, y) for z, y in zip(zs, ys)] for name, fn in fns.items()}
+
+  got = values([jnp.asarray(z, jnp.float32) for z, _ in batches],
+               [jnp.asarray(y) for _, y in batches])
+  return {(name, scale): got[name][i] for name in fns for i, scale in enumerate(SCALES)}
+
+
+@pytest.mark.parametrize("name", sorted(PER_EXAMPLE_REFS))
+@pytest.mark.parametrize("scale", SCALES)
+def test_per_example_values_match_numpy(name, scale, per_example_values):
+  z, y = random_batch(scale=scale, seed=int(scale))
+  kw = _per_example_kw(name)
+  np.testing.assert_allclose(per_example_values[name, scale],
+                             PER_EXAMPLE_REFS[name](z, y, **kw).mean(), rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("kw", [dict(epsilon=0.0), dict(epsilon=0.3), dict(epsilon=1.0)])
@@ -279,19 +306,36 @@ def objectness_for(name, shape):
       if name == "als" else {}
 
 
-@pytest.mark.parametrize("name", losses.names())
-def test_segmentation_equals_flattened_valid_pixels(name):
+@pytest.fixture(scope="module")
+def segmentation_values():
+  """{name: (the loss of a [2, 3, 4] segmentation batch with masked pixels, the loss of its
+  valid pixels flattened)} of every loss, one program; and the `ce` of the first op by op."""
   rng = np.random.default_rng(15)
   z = jnp.asarray(rng.normal(size=(2, 3, 4, C)) * 3, jnp.float32)
   y = rng.integers(0, C, size=(2, 3, 4))
   mask = rng.random((2, 3, 4)) > 0.3
   y_ignore = jnp.asarray(np.where(mask, y, 255))  # ignore index at masked pixels
-  fn = losses.get(name, **ALL_KW.get(name, {}))
-  obj = objectness_for(name, (2, 3, 4))
-  seg = fn(z, y_ignore, mask=jnp.asarray(mask), **obj)
-  flat_obj = {"objectness": obj["objectness"][mask]} if obj else {}
-  flat = fn(z[mask], jnp.asarray(y[mask]), **flat_obj)
+  obj = objectness_for("als", (2, 3, 4))["objectness"]
+  fns = {name: losses.get(name, **ALL_KW.get(name, {})) for name in losses.names()}
+
+  @jax.jit
+  def values(z, y_ignore, mask, obj, flat_z, flat_y, flat_obj):
+    return {name: (fn(z, y_ignore, mask=mask, **({"objectness": obj} if name == "als" else {})),
+                   fn(flat_z, flat_y, **({"objectness": flat_obj} if name == "als" else {})))
+            for name, fn in fns.items()}
+
+  got = values(z, y_ignore, jnp.asarray(mask), obj, z[mask], jnp.asarray(y[mask]), obj[mask])
+  # Op by op the labels are checked on the host: the ignore index is accepted where masked.
+  eager_ce = fns["ce"](z, y_ignore, mask=jnp.asarray(mask))
+  return got, eager_ce
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_segmentation_equals_flattened_valid_pixels(name, segmentation_values):
+  got, eager_ce = segmentation_values
+  seg, flat = got[name]
   np.testing.assert_allclose(seg, flat, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(eager_ce, got["ce"][0], rtol=1e-6)
 
 
 def test_objectness_per_image_broadcasts_over_pixels():
@@ -305,14 +349,26 @@ def test_objectness_per_image_broadcasts_over_pixels():
                              rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", losses.names())
-def test_all_masked_is_zero_with_zero_gradient(name):
+@pytest.fixture(scope="module")
+def all_masked_values_and_gradients():
+  """{name: (value, gradient)} of every loss on a batch with every entry masked, one program."""
   z, y = random_batch(seed=17)
   z, y = jnp.asarray(z, jnp.float32), jnp.asarray(y)
   mask = jnp.zeros(y.shape, bool)
-  fn = losses.get(name)
-  obj = objectness_for(name, y.shape)
-  value, grad = jax.value_and_grad(lambda v: fn(v, y, mask=mask, **obj))(z)
+
+  @jax.jit
+  def values_and_gradients(z, y, mask):
+    return {name: jax.value_and_grad(
+        lambda v, fn=losses.get(name), obj=objectness_for(name, y.shape): fn(v, y, mask=mask,
+                                                                             **obj))(z)
+            for name in losses.names()}
+
+  return values_and_gradients(z, y, mask)
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_all_masked_is_zero_with_zero_gradient(name, all_masked_values_and_gradients):
+  value, grad = all_masked_values_and_gradients[name]
   assert float(value) == 0.0
   np.testing.assert_array_equal(grad, 0.0)
 
@@ -336,15 +392,28 @@ def test_jit_vmap_and_bfloat16(name):
                              rtol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def extreme_values_and_gradients():
+  """{(name, dtype name): (value, gradient)} of every loss on extreme logits, one program."""
+  z = np.array([[1e4, 0, -1e4, 0, 0], [-1e4, 1e4, 0, 0, 0], [0, 0, 0, 0, 1e4],
+                [1e4, 1e4, 0, 0, -1e4]])
+  y = jnp.array([0, 2, 4, 1])  # confident right, confident wrong, right, tie
+  dtypes = (jnp.float32, jnp.bfloat16)
+
+  @jax.jit
+  def values_and_gradients(zs, y):
+    return {(name, jnp.dtype(z.dtype).name): jax.value_and_grad(
+        lambda v, fn=losses.get(name), obj=objectness_for(name, y.shape): fn(v, y, **obj))(z)
+            for name in losses.names() for z in zs}
+
+  return values_and_gradients([jnp.asarray(z, dtype) for dtype in dtypes], y)
+
+
 @pytest.mark.parametrize("name", losses.names())
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_extreme_logits_are_finite(name, dtype):
-  z = jnp.array([[1e4, 0, -1e4, 0, 0], [-1e4, 1e4, 0, 0, 0], [0, 0, 0, 0, 1e4],
-                 [1e4, 1e4, 0, 0, -1e4]], dtype)
-  y = jnp.array([0, 2, 4, 1])  # confident right, confident wrong, right, tie
-  fn = losses.get(name)
-  obj = objectness_for(name, y.shape)
-  value, grad = jax.value_and_grad(lambda v: fn(v, y, **obj))(z)
+def test_extreme_logits_are_finite(name, dtype, extreme_values_and_gradients):
+  value, grad = extreme_values_and_gradients[name, jnp.dtype(dtype).name]
+  assert grad.dtype == dtype  # the gradient of the logits given in this dtype
   assert np.isfinite(float(value)), name
   assert np.all(np.isfinite(np.asarray(grad, np.float32))), name
 

@@ -55,6 +55,7 @@ from calib_jax.metrics import calibration
 from calib_jax.metrics import calibration_l2
 from calib_jax.metrics import selective
 from calib_jax.metrics import smooth
+from calib_jax.metrics import smooth_batched
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -66,7 +67,7 @@ _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
 _RANKED_CHUNK_ELEMENTS = 1 << 21  # resampled samples ranked per host call (~8 MB a column)
 _RANKED_MAX_N = 1 << 14  # above, a host call's fixed cost is small beside its sort: one each
-_SMOOTH_CHUNK = 50       # smooth-ECE resamples whose bandwidth searches run batched
+_SMOOTH_CHUNK = 200       # smooth-ECE resamples whose bandwidth searches run batched
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):
@@ -216,25 +217,25 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
     return metric(*(_take(a, idx) for a in arrays), mask=_take(mask, idx))
 
   if smooth_chunk is not None:
-    # Smooth ECE: each resample's spectra one at a time (scatters, slow vmapped on XLA:CPU),
-    # then the chunk's bandwidth searches batched (`smooth.search_bandwidth_batched`).
-    def spectra(key):
-      if flat_mask:
-        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
-        resampled_by = resampled_mask
-      else:
-        idx = _draw_indices(key, n, n)
-        resampled_by = None if mask is None else _take(mask, idx)
-      resampled = tuple(_take(a, idx) for a in arrays)
-      if top_label:
-        (packed,) = resampled
-        conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
-      else:
-        conf, correct = smooth.top_label_inputs(*resampled)
-      return smooth.search_spectra(conf, correct, resampled_by)
+    # Smooth ECE: a chunk's resamples drawn, gathered and searched together
+    # (`smooth_batched.search_bandwidths`), with the kernel spectra computed once.
+    tables = smooth_batched.kernel_tables()
+    if not top_label:
+      conf_all, correct_all = smooth.top_label_inputs(*arrays)
 
     def chunk(chunk_keys):
-      return smooth.search_bandwidth_batched(*lax.map(spectra, chunk_keys))[0]
+      if flat_mask:
+        draws = jax.vmap(lambda k: _draw_indices(k, n, n_valid))(chunk_keys)
+        idx, resampled_by = _take(valid_rows, draws), resampled_mask
+      else:
+        idx = jax.vmap(lambda k: _draw_indices(k, n, n))(chunk_keys)
+        resampled_by = None if mask is None else _take(mask, idx)
+      if top_label:
+        packed = _take(arrays[0], idx)
+        conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
+      else:
+        conf, correct = _take(conf_all, idx), _take(correct_all, idx)
+      return smooth_batched.search_bandwidths(conf, correct, resampled_by, tables)[0]
 
     return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
   if ranked is not None:

@@ -67,7 +67,8 @@ _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
 _RANKED_CHUNK_ELEMENTS = 1 << 21  # resampled samples ranked per host call (~8 MB a column)
 _RANKED_MAX_N = 1 << 14  # above, a host call's fixed cost is small beside its sort: one each
-_SMOOTH_CHUNK = 200       # smooth-ECE resamples whose bandwidth searches run batched
+_SMOOTH_CHUNK = 100      # smooth-ECE resamples whose bandwidth searches run batched, at most
+_SMOOTH_CHUNK_ELEMENTS = 1 << 21  # and at most this many resamples x samples (~40 MB of spreads)
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):
@@ -187,7 +188,8 @@ def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: i
           or (metric_fn is smooth.top_label_smooth_ece and len(arrays) == 2
               and all(np.ndim(a) == 1 for a in arrays))):
     return None
-  return max(d for d in range(1, min(num_samples, _SMOOTH_CHUNK) + 1) if num_samples % d == 0)
+  limit = min(num_samples, _SMOOTH_CHUNK, max(1, _SMOOTH_CHUNK_ELEMENTS // np.shape(arrays[0])[0]))
+  return max(d for d in range(1, limit + 1) if num_samples % d == 0)
 
 
 @functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked",
@@ -217,25 +219,23 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
     return metric(*(_take(a, idx) for a in arrays), mask=_take(mask, idx))
 
   if smooth_chunk is not None:
-    # Smooth ECE: a chunk's resamples drawn, gathered and searched together
-    # (`smooth_batched.search_bandwidths`), with the kernel spectra computed once.
-    tables = smooth_batched.kernel_tables()
-    if not top_label:
-      conf_all, correct_all = smooth.top_label_inputs(*arrays)
+    # Smooth ECE: a chunk's resamples as counts of the original points, searched together
+    # (`smooth_batched.search_bandwidths`), with the kernel tables computed once.
+    if top_label:
+      (packed,) = arrays
+      conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
+    else:
+      conf, correct = smooth.top_label_inputs(*arrays)
+    tables = smooth_batched.tables()
 
     def chunk(chunk_keys):
-      if flat_mask:
-        draws = jax.vmap(lambda k: _draw_indices(k, n, n_valid))(chunk_keys)
-        idx, resampled_by = _take(valid_rows, draws), resampled_mask
+      if flat_mask:  # n draws among the n_valid valid rows, of which the first n_valid count
+        idx = _take(valid_rows, jax.vmap(lambda k: _draw_indices(k, n, n_valid))(chunk_keys))
+        counts = smooth_batched.resample_counts(idx, n, resampled_mask)
       else:
         idx = jax.vmap(lambda k: _draw_indices(k, n, n))(chunk_keys)
-        resampled_by = None if mask is None else _take(mask, idx)
-      if top_label:
-        packed = _take(arrays[0], idx)
-        conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
-      else:
-        conf, correct = _take(conf_all, idx), _take(correct_all, idx)
-      return smooth_batched.search_bandwidths(conf, correct, resampled_by, tables)[0]
+        counts = smooth_batched.resample_counts(idx, n)
+      return smooth_batched.search_bandwidths(counts, conf, correct, tables)[0]
 
     return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
   if ranked is not None:

@@ -65,8 +65,6 @@ _TOP_LABEL_METRICS = (calibration.ece, calibration.mce, calibration.aece, calibr
                       smooth.smooth_ece)
 _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias < n/2³²)
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
-_RANKED_CHUNK_ELEMENTS = 1 << 21  # resampled samples ranked per host call (~8 MB a column)
-_RANKED_MAX_N = 1 << 14  # above, a host call's fixed cost is small beside its sort: one each
 _SMOOTH_CHUNK = 100      # smooth-ECE resamples whose bandwidth searches run batched, at most
 _SMOOTH_CHUNK_ELEMENTS = 1 << 21  # and at most this many resamples x samples (~40 MB of spreads)
 
@@ -172,13 +170,6 @@ def _take(array, idx):
   return jnp.take(array, idx, axis=0, mode="clip")
 
 
-def _ranked_chunk(num_samples: int, n: int) -> int:
-  """Resamples ranked per host call: the largest divisor of `num_samples` with at most
-  `_RANKED_CHUNK_ELEMENTS` resampled samples in all."""
-  limit = max(1, _RANKED_CHUNK_ELEMENTS // max(n, 1))
-  return max(d for d in range(1, min(num_samples, limit) + 1) if num_samples % d == 0)
-
-
 def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: int):
   """Resamples per batched bandwidth search for smooth ECE (its automatic bandwidth) of
   `(probs, labels)` or `(confidence, correct)`; None for any other metric."""
@@ -194,7 +185,7 @@ def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: i
 
 @functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked",
                                              "smooth_chunk"))
-def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None,
+def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=False,
                smooth_chunk=None):
   n = arrays[0].shape[0]
   flat_mask = mask is not None and mask.ndim == 1
@@ -238,24 +229,23 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
       return smooth_batched.search_bandwidths(counts, conf, correct, tables)[0]
 
     return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
-  if ranked is not None:
-    # AURC-type metrics: each chunk's resamples are ranked by one vmapped call (one host sort
-    # call on CPU, not one per resample), then each is reduced on its own, as the metric does
-    # (a vmapped reduction rounds differently).
-    def rank(key):
-      if flat_mask:
-        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
-        resampled, resampled_by = (_take(a, idx) for a in arrays), resampled_mask
-      else:
-        idx = _draw_indices(key, n, n)
-        resampled = (_take(a, idx) for a in arrays)
-        resampled_by = None if mask is None else _take(mask, idx)
-      scores, correct = resampled
-      return selective.rank_errors(scores, ~correct, resampled_by)
+  if ranked:
+    # AURC-type metrics: the samples sorted once; each resample is its counts of them, ranked
+    # without a sort (`selective.ranked_from_counts`: the errors `E_k` bit for bit), then
+    # reduced on its own as the metric reduces.
+    points = selective.rank_points(*arrays)
+    reduction = selective.ranked_reduction(metric_fn)
 
-    chunks = keys.reshape(-1, ranked)
-    return lax.map(lambda k: lax.map(selective.ranked_reduction(metric_fn), jax.vmap(rank)(k)),
-                   chunks).reshape(-1)
+    def ranked_one(key):
+      if flat_mask:  # n draws among the n_valid valid rows, of which the first n_valid count
+        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
+        drawn, num_valid = resampled_mask.astype(jnp.int32), n_valid
+      else:
+        idx, drawn, num_valid = _draw_indices(key, n, n), jnp.ones(n, jnp.int32), None
+      counts = jnp.zeros(n, jnp.int32).at[idx].add(drawn, mode="promise_in_bounds")
+      return reduction(selective.ranked_from_counts(points, counts, num_valid))
+
+    return lax.map(ranked_one, keys)
   # batch_size 1 maps `one` itself: lax.map would vmap it over a batch of 1, whose batched
   # gathers are the slow ones on XLA:CPU.
   return lax.map(one, keys, batch_size=None if batch_size == 1 else batch_size)
@@ -308,12 +298,11 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
   top_label = _is_top_label(metric_fn) and len(arrays) == 2
   if top_label:
     arrays = (_packed_top_label(*arrays),)  # after `value`: its checks see the given arrays
-  ranked = None
-  if (selective.ranked_reduction(metric_fn) is not None and batch_size is None
-      and len(arrays) == 2 and all(a.ndim == 1 for a in arrays)
-      and arrays[0].shape[0] <= _RANKED_MAX_N and (mask is None or mask.ndim == 1)):
+  ranked = (selective.ranked_reduction(metric_fn) is not None and batch_size is None
+            and len(arrays) == 2 and all(a.ndim == 1 for a in arrays)
+            and (mask is None or mask.ndim == 1))
+  if ranked:
     arrays = arrays_lib.flatten_scores_correct(*arrays, None)[:2]  # the metric's own casts
-    ranked = _ranked_chunk(num_samples, arrays[0].shape[0])
   smooth_chunk = _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples)
   batch = batch_size or _batch_size(arrays, mask, num_samples)
   samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label, ranked,

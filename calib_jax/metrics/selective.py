@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from calib_jax import arrays
 from calib_jax.metrics import _ranking
@@ -317,3 +318,60 @@ def ranked_reduction(metric_fn) -> Optional[Callable[[RankedErrors], jax.Array]]
   is a callback on CPU) and reduces each resample as the metric does."""
   return {aurc: _aurc_from_ranked, eaurc: _eaurc_from_ranked,
           augrc: _augrc_from_ranked}.get(metric_fn)
+
+
+class RankedPoints(NamedTuple):
+  """Samples in descending score order with their tie groups, for `ranked_from_counts`."""
+  order: jax.Array   # int32 [N], the sample at each rank
+  errors: jax.Array  # int32 [N], its error bit
+  first: jax.Array   # int32 [N], the rank of the first sample tied with it
+  last: jax.Array    # int32 [N], the rank of the last sample tied with it
+
+
+def rank_points(scores: jax.Array, correct: jax.Array) -> RankedPoints:
+  """Sorts `scores [N]` descending once (ties: equal scores, as `rank_errors`)."""
+  descending = ~_sorting.monotone_key(scores)
+  n = scores.shape[0]
+  keys, order = lax.sort((descending, jnp.arange(n, dtype=jnp.int32)), num_keys=1)
+  rank = jnp.arange(n, dtype=jnp.int32)
+  new_group = jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
+  ends_group = jnp.concatenate([keys[1:] != keys[:-1], jnp.ones(1, bool)])
+  first = lax.cummax(jnp.where(new_group, rank, 0))
+  last = lax.cummin(jnp.where(ends_group, rank, n - 1), reverse=True)
+  return RankedPoints(order, (~correct[order]).astype(jnp.int32), first, last)
+
+
+def ranked_from_counts(points: RankedPoints, counts: jax.Array,
+                       num_valid: Optional[jax.Array] = None) -> RankedErrors:
+  """`rank_errors` of the multiset holding sample i `counts[i]` times (int32 `[N]`; a bootstrap
+  resample), without sorting it. The counts sum to N, or to `num_valid` (traced) where the
+  resample is masked, as `rank_errors`' n is a constant without a mask and traced with one
+  (XLA divides by a constant as a product with its reciprocal: another last bit).
+
+  How: its order is `points`' with each sample
+  repeated, so every position's tie group, and the errors above and within it, are cumulative
+  counts along `points` (int32, exact); `E_k` is then `_ranking.spread_tie_errors` of them,
+  the expression the sorting paths use, so the same float32 values bit for bit."""
+  n = counts.shape[0]
+  copies = counts[points.order]
+  upto = jnp.cumsum(copies)                            # positions filled up to each sample
+  errors_upto = jnp.cumsum(copies * points.errors)
+
+  def before(cum, i):  # cum[i − 1], 0 at i = 0
+    return jnp.where(i > 0, cum[jnp.maximum(i - 1, 0)], 0)
+
+  rank = jnp.arange(n, dtype=jnp.int32)
+  # The sample at each position: each sample with copies marks the position it starts at.
+  marks = jnp.zeros(n, jnp.int32).at[upto - copies].max(jnp.where(copies > 0, rank, 0),
+                                                          mode="drop")
+  at = lax.cummax(marks)
+  first, last = points.first[at], points.last[at]
+  start, end = before(upto, first), upto[last]
+  above = before(errors_upto, first)
+  position = rank + 1
+  total = jnp.int32(n) if num_valid is None else num_valid
+  inside = position <= total
+  errors = _ranking.spread_tie_errors(above, position - start, errors_upto[last] - above,
+                                      end - start, jnp)
+  return RankedErrors(jnp.where(inside, errors, 0.0), inside & (position == end),
+                      errors_upto[-1], total)

@@ -66,7 +66,7 @@ _TOP_LABEL_METRICS = (calibration.ece, calibration.mce, calibration.aece, calibr
 _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias < n/2³²)
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
 _SMOOTH_CHUNK = 100      # smooth-ECE resamples whose bandwidth searches run batched, at most
-_SMOOTH_CHUNK_ELEMENTS = 1 << 21  # and at most this many resamples x samples (~40 MB of spreads)
+_CHUNK_ELEMENTS = 1 << 21  # resampled samples per chunk of the smooth and ranked paths
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):
@@ -170,6 +170,24 @@ def _take(array, idx):
   return jnp.take(array, idx, axis=0, mode="clip")
 
 
+def _counts(indices: jax.Array, n: int, drawn: Optional[jax.Array] = None) -> jax.Array:
+  """int32 `[B, n]`: how often each row of `indices [B, K]` drew each of n samples (only the
+  draws where `drawn [K]`, when given, is True): one scatter for the B rows."""
+  b = indices.shape[0]
+  flat = (indices + n * jnp.arange(b, dtype=jnp.int32)[:, None]).reshape(-1)
+  ones = jnp.ones(indices.shape, jnp.int32)
+  if drawn is not None:
+    ones = jnp.where(drawn, ones, 0)
+  return jax.ops.segment_sum(ones.reshape(-1), flat, b * n).reshape(b, n)
+
+
+def _chunk(num_samples: int, n: int, most: int) -> int:
+  """Resamples per chunk: the largest divisor of `num_samples` of at most `most` and
+  `_CHUNK_ELEMENTS` resampled samples in all."""
+  limit = min(num_samples, most, max(1, _CHUNK_ELEMENTS // n))
+  return max(d for d in range(1, limit + 1) if num_samples % d == 0)
+
+
 def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: int):
   """Resamples per batched bandwidth search for smooth ECE (its automatic bandwidth) of
   `(probs, labels)` or `(confidence, correct)`; None for any other metric."""
@@ -179,8 +197,7 @@ def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: i
           or (metric_fn is smooth.top_label_smooth_ece and len(arrays) == 2
               and all(np.ndim(a) == 1 for a in arrays))):
     return None
-  limit = min(num_samples, _SMOOTH_CHUNK, max(1, _SMOOTH_CHUNK_ELEMENTS // np.shape(arrays[0])[0]))
-  return max(d for d in range(1, limit + 1) if num_samples % d == 0)
+  return _chunk(num_samples, np.shape(arrays[0])[0], _SMOOTH_CHUNK)
 
 
 @functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked",
@@ -222,17 +239,18 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=Fals
     def chunk(chunk_keys):
       if flat_mask:  # n draws among the n_valid valid rows, of which the first n_valid count
         idx = _take(valid_rows, jax.vmap(lambda k: _draw_indices(k, n, n_valid))(chunk_keys))
-        counts = smooth_batched.resample_counts(idx, n, resampled_mask)
+        counts = _counts(idx, n, resampled_mask)
       else:
         idx = jax.vmap(lambda k: _draw_indices(k, n, n))(chunk_keys)
-        counts = smooth_batched.resample_counts(idx, n)
-      return smooth_batched.search_bandwidths(counts, conf, correct, tables)[0]
+        counts = _counts(idx, n)
+      return smooth_batched.search_bandwidths(counts.astype(jnp.float32), conf, correct,
+                                              tables)[0]
 
     return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
   if ranked:
     # AURC-type metrics: the samples sorted once; each resample is its counts of them, ranked
-    # without a sort (`selective.ranked_from_counts`: the errors `E_k` bit for bit), then
-    # reduced on its own as the metric reduces.
+    # without a sort (`selective.ranked_from_counts`: the errors `E_k` bit for bit) and
+    # reduced as the metric reduces.
     points = selective.rank_points(*arrays)
     reduction = selective.ranked_reduction(metric_fn)
 
@@ -241,7 +259,7 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=Fals
         idx = _take(valid_rows, _draw_indices(key, n, n_valid))
         drawn, num_valid = resampled_mask.astype(jnp.int32), n_valid
       else:
-        idx, drawn, num_valid = _draw_indices(key, n, n), jnp.ones(n, jnp.int32), None
+        idx, drawn, num_valid = _draw_indices(key, n, n), jnp.int32(1), None
       counts = jnp.zeros(n, jnp.int32).at[idx].add(drawn, mode="promise_in_bounds")
       return reduction(selective.ranked_from_counts(points, counts, num_valid))
 

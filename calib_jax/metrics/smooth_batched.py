@@ -92,17 +92,6 @@ def tables() -> Tables:
   return Tables(*of(_COARSE), *of(_FINE))
 
 
-def resample_counts(indices: jax.Array, n: int, drawn=None) -> jax.Array:
-  """`[B, n]` float32: how often each resample of `indices [B, K]` drew each of n points
-  (only the draws where `drawn [K]`, when given, is True)."""
-  b = indices.shape[0]
-  flat = (indices + n * jnp.arange(b, dtype=jnp.int32)[:, None]).reshape(-1)
-  ones = jnp.ones(indices.shape, jnp.float32)
-  if drawn is not None:
-    ones = jnp.where(drawn, ones, 0.0)
-  return jax.ops.segment_sum(ones.reshape(-1), flat, b * n).reshape(b, n)
-
-
 class _Points(NamedTuple):
   """The original points' spread onto one grid: rows `[(1−frac)·r, 1−frac, frac·r, frac]`
   at grid point `lower` (`frac·[r, 1]` goes on to `lower + 1`)."""

@@ -26,16 +26,15 @@ near the cost of drawing the indices:
   label 0 (right) or 1 (wrong) (`top_label_rows`) — the same value as the probabilities give.
 * On XLA:CPU the resamples run one at a time (`batch_size` 1): vmapped gathers and scatters
   run there several times slower than a loop over them.
-* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: a chunk of resamples
-  is ranked in one vmapped call and each is then reduced on its own
-  (`selective.ranked_reduction`), as the metric reduces: the same values, bit for bit. Above
-  `_ranking.XLA_SORT_MAX_N` the sort is a host call on CPU, whose fixed cost (~0.3 ms) would
-  outweigh the sort of so few samples if made once per resample.
+* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)`: the samples are sorted once, and each
+  resample ranked from its counts of them (`ranked_counts.ranked_from_counts`: running sums, no
+  sort per resample), then reduced as the metric reduces: the same values, bit for bit.
 * `smooth_ece` (automatic bandwidth) of `(probs, labels)`, or `smooth.top_label_smooth_ece`
-  of `(confidence, correct)`: each resample's grids are built on their own, then the
-  bisections of `_SMOOTH_CHUNK` resamples run together (`smooth.search_bandwidth_batched`),
-  one batched FFT convolution per step instead of one per resample: the same values up to
-  float32 rounding.
+  of `(confidence, correct)`: a chunk of resamples (at most `_SMOOTH_CHUNK`, and
+  `_CHUNK_ELEMENTS` draws) are counts of the original points, spread onto their grids by one
+  scatter and searched together (`smooth_batched.search_bandwidths`: kernel spectra tabulated
+  once per call, one batched FFT convolution per step): the same values up to float32
+  rounding of sums taken in another order.
 * The index of each draw is `floor(u·n / 2³²)` of one uniform 32-bit word `u` (the product's
   high word, in exact uint32 arithmetic) instead of `jax.random.randint`'s two words and
   modulo, about 2x fewer random bits. An index then has probability `(1 ± ε)/n` with
@@ -53,6 +52,7 @@ from jax import lax
 from calib_jax import arrays as arrays_lib
 from calib_jax.metrics import calibration
 from calib_jax.metrics import calibration_l2
+from calib_jax.metrics import ranked_counts
 from calib_jax.metrics import selective
 from calib_jax.metrics import smooth
 from calib_jax.metrics import smooth_batched
@@ -249,9 +249,9 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=Fals
     return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
   if ranked:
     # AURC-type metrics: the samples sorted once; each resample is its counts of them, ranked
-    # without a sort (`selective.ranked_from_counts`: the errors `E_k` bit for bit) and
+    # without a sort (`ranked_counts.ranked_from_counts`: the errors `E_k` bit for bit) and
     # reduced as the metric reduces.
-    points = selective.rank_points(*arrays)
+    points = ranked_counts.rank_points(*arrays)
     reduction = selective.ranked_reduction(metric_fn)
 
     def ranked_one(key):
@@ -261,7 +261,7 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=Fals
       else:
         idx, drawn, num_valid = _draw_indices(key, n, n), jnp.int32(1), None
       counts = jnp.zeros(n, jnp.int32).at[idx].add(drawn, mode="promise_in_bounds")
-      return reduction(selective.ranked_from_counts(points, counts, num_valid))
+      return reduction(ranked_counts.ranked_from_counts(points, counts, num_valid))
 
     return lax.map(ranked_one, keys)
   # batch_size 1 maps `one` itself: lax.map would vmap it over a batch of 1, whose batched

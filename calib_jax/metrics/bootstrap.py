@@ -66,7 +66,7 @@ _TOP_LABEL_METRICS = (calibration.ece, calibration.mce, calibration.aece, calibr
 _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias < n/2³²)
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
 _SMOOTH_CHUNK = 100      # smooth-ECE resamples whose bandwidth searches run batched, at most
-_CHUNK_ELEMENTS = 1 << 21  # resampled samples per chunk of the smooth and ranked paths
+_CHUNK_ELEMENTS = 1 << 21  # and at most this many draws (smooth ECE: ~40 MB of spread rows)
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):

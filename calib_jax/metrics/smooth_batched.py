@@ -41,14 +41,14 @@ class _Grid(NamedTuple):
   max_j: int         #   is never used), largest j
   eval_max_j: int    # T(j) = max(round(10/σ), 200) is 200 (coarse) for every j ≥ this one
   buckets: tuple     # evaluation points read per step: the smallest bucket ≥ the batch's T
+                     #   (each bucket is one more compiled branch: ~1 s of compiling)
 
 
 _COARSE_MIN_J = int(smooth.COARSE_MIN_SIGMA * _DYADIC) + 1    # 11
 _COARSE = _Grid(smooth.COARSE_GRID, _COARSE_MIN_J, _DYADIC, 52,
-                (smooth.MIN_EVAL_POINTS, 2 * smooth.MIN_EVAL_POINTS,
-                 smooth.MAX_COARSE_EVAL_POINTS))
+                (smooth.MIN_EVAL_POINTS, smooth.MAX_COARSE_EVAL_POINTS))
 _FINE = _Grid(smooth.FINE_GRID, 2, _COARSE_MIN_J - 1, _COARSE_MIN_J - 1,
-              (1280, 2560, smooth.MAX_SEARCH_EVAL_POINTS))
+              (smooth.MAX_SEARCH_EVAL_POINTS,))
 
 
 class Tables(NamedTuple):

@@ -23,6 +23,15 @@ and from `[N, C]` (the max/argmax and the sort in one jitted call); `metrics.sel
 on `[N]`; AECE and the selective summary as two calls and as `metrics.rank_summary` (one
 sort); `metrics.ece` beside them for scale.
 
+Bootstrap CPU time (`--parts=bootcpu`, `--bootcpu-sizes`): CPU seconds of this process (every
+thread's; `time.process_time`, median of `--repeats` after a warm-up) of
+`metrics.bootstrap(metrics.top_label_smooth_ece, confidence, correct)` and of
+`metrics.bootstrap(metrics.aurc, confidence, correct)` at `--resamples` resamples, on
+confidences `U(0.3, 1)` with `correct ~ Bernoulli(confidence)` (calibrated: smooth ECE's
+search reaches the fine grid) and on the same confidences rounded to 2 decimals (ties). CPU
+seconds, not wall: on a shared machine they move less with the load. Before/after: run it in
+each checkout.
+
 Fits (`--fit-sizes`, `--fit-classes`; logits from `bench/posthoc_speed.py`'s generator):
 `posthoc.fit_calibrator("vector" | "matrix" | "isotonic")` against torch-uncertainty's
 `VectorScaler` / `MatrixScaler` (L-BFGS, 100 iterations, as shipped) / `IsotonicRegressionScaler`
@@ -39,6 +48,7 @@ skipped. The machine's load average is printed with every table row.
   .venv/bin/python bench/toolkit_speed.py --sizes=1e5,1e6 --classes=10,1000
   .venv/bin/python bench/toolkit_speed.py --parts=rank --sizes=1e5,1e6 --classes=10 --repeats=5
   .venv/bin/python bench/toolkit_speed.py --parts=ovr --ovr-sizes=1e4,2.5e4
+  .venv/bin/python bench/toolkit_speed.py --parts=bootcpu --bootcpu-sizes=540,25000
   .venv/bin/python bench/toolkit_speed.py --quick
 """
 import importlib
@@ -70,7 +80,9 @@ _OVR_SIZES = flags.DEFINE_string("ovr-sizes", "1e4,2.5e4", "comma-separated N of
                                   "one-vs-rest isotonic fits")
 _OVR_CLASSES = flags.DEFINE_integer("ovr-classes", 1000, "C of the one-vs-rest isotonic fits")
 _PARTS = flags.DEFINE_string("parts", "smooth,bootstrap,fit", "comma-separated parts to run: "
-                             "smooth, bootstrap, fit, rank, ovr")
+                             "smooth, bootstrap, fit, rank, ovr, bootcpu")
+_BOOTCPU_SIZES = flags.DEFINE_string("bootcpu-sizes", "540,25000", "comma-separated N of the "
+                                     "bootstrap CPU-time part")
 _QUICK = flags.DEFINE_boolean("quick", False, "N=1e4, C=10, 20 resamples, 1 repeat")
 
 
@@ -222,6 +234,30 @@ def _rank_part(c, n, repeats):
     _row(c, n, f"calib_jax {name}", t, note=f"{t / read:.1f}x read")
 
 
+def _cpu_seconds(fn, repeats: int) -> float:
+  """Median CPU seconds of this process (all threads) over `repeats` runs after a warm-up."""
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.process_time()
+    jax.block_until_ready(fn())
+    times.append(time.process_time() - start)
+  return float(np.median(times))
+
+
+def _bootcpu_part(n, resamples, repeats):
+  rng = np.random.default_rng(0)
+  uniform = rng.uniform(0.3, 1.0, n).astype(np.float32)
+  correct = jnp.asarray(rng.uniform(size=n) < uniform)
+  for data, conf in (("U(0.3, 1)", uniform), ("rounded to 0.01", np.round(uniform, 2))):
+    conf = jnp.asarray(conf.astype(np.float32))
+    for name, metric in (("top_label_smooth_ece", metrics.top_label_smooth_ece),
+                         ("aurc", metrics.aurc)):
+      t = _cpu_seconds(lambda m=metric, x=conf: metrics.bootstrap(
+          m, x, correct, num_samples=resamples, key=jax.random.key(0), value=0.0), repeats)
+      _row("-", n, f"bootstrap({name}), {resamples} resamples, CPU s", t, note=data)
+
+
 def _ovr_part(n, c, repeats, sklearn_isotonic):
   logits, labels = overconfident_logits(n, c)
   ours = median_seconds(lambda: isotonic.fit_isotonic_ovr(logits, labels)["fitted"], repeats)
@@ -271,6 +307,9 @@ def main(argv: list[str]) -> None:
     for c in (int(x) for x in classes.split(",")):
       for n in (int(float(x)) for x in sizes.split(",")):
         _rank_part(c, n, repeats)
+  if "bootcpu" in parts:
+    for n in (int(float(x)) for x in _BOOTCPU_SIZES.value.split(",")):
+      _bootcpu_part(n, resamples, repeats)
   if "ovr" in parts:
     ovr_sizes = "1e3" if _QUICK.value else _OVR_SIZES.value
     ovr_classes = 10 if _QUICK.value else _OVR_CLASSES.value

@@ -208,3 +208,52 @@ def test_smooth_ece_batched_searches_equal_one_resample_at_a_time(calibrated, ma
   for stat in ("value", "lower", "upper", "std"):
     np.testing.assert_allclose(fast[stat], slow[stat], rtol=1e-6, atol=1e-8, err_msg=stat)
     np.testing.assert_allclose(from_conf[stat], slow[stat], rtol=1e-6, atol=1e-8, err_msg=stat)
+
+
+def test_ranked_from_counts_equals_rank_errors_of_the_resample():
+  """A resample ranked from its counts of the samples (no sort) gives `rank_errors` of the
+  resampled arrays bit for bit: huge tie groups (five distinct scores, as an isotonic
+  calibrator gives), singletons, and a masked resample whose counts sum to fewer than N."""
+  from calib_jax.metrics import ranked_counts, selective  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(8)
+  n = 3000
+  scores = np.where(rng.uniform(size=n) < 0.5, rng.choice([0.2, 0.4, 0.6, 0.8, 1.0], n),
+                    rng.uniform(size=n)).astype(np.float32)
+  correct = rng.uniform(size=n) < scores
+  points = ranked_counts.rank_points(jax.numpy.asarray(scores), jax.numpy.asarray(correct))
+  for drawn in (n, 2100):
+    idx = rng.integers(0, n, drawn)
+    counts = np.bincount(idx, minlength=n).astype(np.int32)
+    got = ranked_counts.ranked_from_counts(points, jax.numpy.asarray(counts),
+                                           None if drawn == n else jax.numpy.int32(drawn))
+    padded = np.zeros(n, np.int64)
+    padded[:drawn] = idx
+    mask = None if drawn == n else np.arange(n) < drawn
+    want = selective.rank_errors(jax.numpy.asarray(scores[padded]),
+                                 jax.numpy.asarray(~correct[padded]),
+                                 None if mask is None else jax.numpy.asarray(mask))
+    np.testing.assert_array_equal(np.asarray(got.errors), np.asarray(want.errors))
+    np.testing.assert_array_equal(np.asarray(got.boundary), np.asarray(want.boundary))
+    assert int(got.num_errors) == int(want.num_errors) and int(got.n) == int(want.n)
+
+
+def test_running_sums_and_the_tie_spread_are_exact():
+  """`running_sums` (triangular float32 products) is cumsum exactly, across the block sizes;
+  the tie spread's division by a corrected float32 quotient gives `_ranking`'s values bit for
+  bit, groups past the exact-division limit (46,340) and products near 2³¹ included."""
+  from calib_jax.metrics import _ranking, ranked_counts  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(9)
+  for n in (1, 31, 32, 33, 1025, 40000):
+    x = rng.integers(0, 400, n).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(ranked_counts.running_sums(x)), np.cumsum(x))
+  size = np.concatenate([rng.integers(1, 50, 500), rng.integers(40000, 46341, 500),
+                         rng.integers(46341, 10**6, 100)]).astype(np.int32)
+  taken = (rng.uniform(size=size.shape) * size).astype(np.int32) + 1
+  taken = np.minimum(taken, size)
+  group_errors = (rng.uniform(size=size.shape) * (size + 1)).astype(np.int32)
+  group_errors = np.minimum(group_errors, size)
+  above = rng.integers(0, 10**6, size.shape).astype(np.int32)
+  got = ranked_counts._spread_tie_errors(*(jax.numpy.asarray(a) for a in
+                                           (above, taken, group_errors, size)))
+  want = _ranking.spread_tie_errors(above, taken, group_errors, size, np)
+  np.testing.assert_array_equal(np.asarray(got), want)

@@ -165,3 +165,26 @@ def test_top_label_smooth_ece_equals_smooth_ece_of_the_probabilities():
     metrics.top_label_smooth_ece(conf, np.asarray(correct, np.int32))
   with pytest.raises(ValueError, match=r"must both be \[N\]"):
     metrics.top_label_smooth_ece(conf, correct[:-1])
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_batched_searches_equal_each_resamples_own_search(calibrated):
+  """`smooth_batched.search_bandwidths` of B resamples given as counts of the original points
+  (tabulated kernels, the density's sum by Parseval, the fine grid in groups): every
+  resample's σ equal and its value within float32 rounding of `smooth.search_bandwidth` of its
+  drawn points, on the coarse grid and where the search goes to the fine one."""
+  from calib_jax.metrics import smooth, smooth_batched  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(12)
+  n, b = (8000, 12) if calibrated else (600, 12)
+  conf = rng.uniform(0.5, 1.0, n).astype(np.float32)
+  correct = rng.uniform(size=n) < (conf if calibrated else 0.6)
+  idx = rng.integers(0, n, (b, n))
+  counts = np.stack([np.bincount(i, minlength=n) for i in idx]).astype(np.float32)
+  values, sigmas = jax.jit(smooth_batched.search_bandwidths)(
+      counts, conf, correct, jax.jit(smooth_batched.tables)())
+  one = jax.jit(smooth.search_bandwidth)
+  want = [one(conf[i], correct[i], None) for i in idx]
+  np.testing.assert_array_equal(sigmas, [float(s) for _, s in want])
+  np.testing.assert_allclose(values, [float(v) for v, _ in want], rtol=1e-6)
+  # A search that ends at σ < 1/64 has scored 1/128 on the fine grid.
+  assert (np.min(sigmas) < 1 / 64) == calibrated

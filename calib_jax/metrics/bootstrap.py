@@ -26,16 +26,15 @@ near the cost of drawing the indices:
   label 0 (right) or 1 (wrong) (`top_label_rows`) — the same value as the probabilities give.
 * On XLA:CPU the resamples run one at a time (`batch_size` 1): vmapped gathers and scatters
   run there several times slower than a loop over them.
-* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)` with n ≤ 2¹⁴: a chunk of resamples
-  is ranked in one vmapped call and each is then reduced on its own
-  (`selective.ranked_reduction`), as the metric reduces: the same values, bit for bit. Above
-  `_ranking.XLA_SORT_MAX_N` the sort is a host call on CPU, whose fixed cost (~0.3 ms) would
-  outweigh the sort of so few samples if made once per resample.
+* `aurc`, `eaurc` and `augrc` of 1-D `(scores, correct)`: the samples are sorted once, and each
+  resample ranked from its counts of them (`ranked_counts.ranked_from_counts`: running sums, no
+  sort per resample), then reduced as the metric reduces: the same values, bit for bit.
 * `smooth_ece` (automatic bandwidth) of `(probs, labels)`, or `smooth.top_label_smooth_ece`
-  of `(confidence, correct)`: each resample's grids are built on their own, then the
-  bisections of `_SMOOTH_CHUNK` resamples run together (`smooth.search_bandwidth_batched`),
-  one batched FFT convolution per step instead of one per resample: the same values up to
-  float32 rounding.
+  of `(confidence, correct)`: a chunk of resamples (at most `_SMOOTH_CHUNK`, and
+  `_CHUNK_ELEMENTS` draws) are counts of the original points, spread onto their grids by one
+  scatter and searched together (`smooth_batched.search_bandwidths`: kernel spectra tabulated
+  once per call, one batched FFT convolution per step): the same values up to float32
+  rounding of sums taken in another order.
 * The index of each draw is `floor(u·n / 2³²)` of one uniform 32-bit word `u` (the product's
   high word, in exact uint32 arithmetic) instead of `jax.random.randint`'s two words and
   modulo, about 2x fewer random bits. An index then has probability `(1 ± ε)/n` with
@@ -53,8 +52,10 @@ from jax import lax
 from calib_jax import arrays as arrays_lib
 from calib_jax.metrics import calibration
 from calib_jax.metrics import calibration_l2
+from calib_jax.metrics import ranked_counts
 from calib_jax.metrics import selective
 from calib_jax.metrics import smooth
+from calib_jax.metrics import smooth_batched
 
 ArrayLike = jax.typing.ArrayLike
 
@@ -64,9 +65,8 @@ _TOP_LABEL_METRICS = (calibration.ece, calibration.mce, calibration.aece, calibr
                       smooth.smooth_ece)
 _FAST_DRAW_MAX = 1 << 22  # largest n drawn from one 32-bit word per index (bias < n/2³²)
 _CHUNK_BYTES = 1 << 28   # ~256 MB of resampled copies per vmapped chunk
-_RANKED_CHUNK_ELEMENTS = 1 << 21  # resampled samples ranked per host call (~8 MB a column)
-_RANKED_MAX_N = 1 << 14  # above, a host call's fixed cost is small beside its sort: one each
-_SMOOTH_CHUNK = 50       # smooth-ECE resamples whose bandwidth searches run batched
+_SMOOTH_CHUNK = 100      # smooth-ECE resamples whose bandwidth searches run batched, at most
+_CHUNK_ELEMENTS = 1 << 21  # and at most this many draws (smooth ECE: ~40 MB of spread rows)
 
 
 def _check(metric_fn, arrays, num_samples, confidence, mask):
@@ -170,11 +170,22 @@ def _take(array, idx):
   return jnp.take(array, idx, axis=0, mode="clip")
 
 
-def _ranked_chunk(num_samples: int, n: int) -> int:
-  """Resamples ranked per host call: the largest divisor of `num_samples` with at most
-  `_RANKED_CHUNK_ELEMENTS` resampled samples in all."""
-  limit = max(1, _RANKED_CHUNK_ELEMENTS // max(n, 1))
-  return max(d for d in range(1, min(num_samples, limit) + 1) if num_samples % d == 0)
+def _counts(indices: jax.Array, n: int, drawn: Optional[jax.Array] = None) -> jax.Array:
+  """int32 `[B, n]`: how often each row of `indices [B, K]` drew each of n samples (only the
+  draws where `drawn [K]`, when given, is True): one scatter for the B rows."""
+  b = indices.shape[0]
+  flat = (indices + n * jnp.arange(b, dtype=jnp.int32)[:, None]).reshape(-1)
+  ones = jnp.ones(indices.shape, jnp.int32)
+  if drawn is not None:
+    ones = jnp.where(drawn, ones, 0)
+  return jax.ops.segment_sum(ones.reshape(-1), flat, b * n).reshape(b, n)
+
+
+def _chunk(num_samples: int, n: int, most: int) -> int:
+  """Resamples per chunk: the largest divisor of `num_samples` of at most `most` and
+  `_CHUNK_ELEMENTS` resampled samples in all."""
+  limit = min(num_samples, most, max(1, _CHUNK_ELEMENTS // n))
+  return max(d for d in range(1, limit + 1) if num_samples % d == 0)
 
 
 def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: int):
@@ -186,12 +197,12 @@ def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: i
           or (metric_fn is smooth.top_label_smooth_ece and len(arrays) == 2
               and all(np.ndim(a) == 1 for a in arrays))):
     return None
-  return max(d for d in range(1, min(num_samples, _SMOOTH_CHUNK) + 1) if num_samples % d == 0)
+  return _chunk(num_samples, np.shape(arrays[0])[0], _SMOOTH_CHUNK)
 
 
 @functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked",
                                              "smooth_chunk"))
-def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None,
+def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=False,
                smooth_chunk=None):
   n = arrays[0].shape[0]
   flat_mask = mask is not None and mask.ndim == 1
@@ -216,45 +227,43 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=None
     return metric(*(_take(a, idx) for a in arrays), mask=_take(mask, idx))
 
   if smooth_chunk is not None:
-    # Smooth ECE: each resample's spectra one at a time (scatters, slow vmapped on XLA:CPU),
-    # then the chunk's bandwidth searches batched (`smooth.search_bandwidth_batched`).
-    def spectra(key):
-      if flat_mask:
-        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
-        resampled_by = resampled_mask
-      else:
-        idx = _draw_indices(key, n, n)
-        resampled_by = None if mask is None else _take(mask, idx)
-      resampled = tuple(_take(a, idx) for a in arrays)
-      if top_label:
-        (packed,) = resampled
-        conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
-      else:
-        conf, correct = smooth.top_label_inputs(*resampled)
-      return smooth.search_spectra(conf, correct, resampled_by)
+    # Smooth ECE: a chunk's resamples as counts of the original points, searched together
+    # (`smooth_batched.search_bandwidths`), with the kernel tables computed once.
+    if top_label:
+      (packed,) = arrays
+      conf, correct = jnp.abs(packed), ~jnp.signbit(packed)
+    else:
+      conf, correct = smooth.top_label_inputs(*arrays)
+    tables = smooth_batched.tables()
 
     def chunk(chunk_keys):
-      return smooth.search_bandwidth_batched(*lax.map(spectra, chunk_keys))[0]
+      if flat_mask:  # n draws among the n_valid valid rows, of which the first n_valid count
+        idx = _take(valid_rows, jax.vmap(lambda k: _draw_indices(k, n, n_valid))(chunk_keys))
+        counts = _counts(idx, n, resampled_mask)
+      else:
+        idx = jax.vmap(lambda k: _draw_indices(k, n, n))(chunk_keys)
+        counts = _counts(idx, n)
+      return smooth_batched.search_bandwidths(counts.astype(jnp.float32), conf, correct,
+                                              tables)[0]
 
     return lax.map(chunk, keys.reshape(-1, smooth_chunk)).reshape(-1)
-  if ranked is not None:
-    # AURC-type metrics: each chunk's resamples are ranked by one vmapped call (one host sort
-    # call on CPU, not one per resample), then each is reduced on its own, as the metric does
-    # (a vmapped reduction rounds differently).
-    def rank(key):
-      if flat_mask:
-        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
-        resampled, resampled_by = (_take(a, idx) for a in arrays), resampled_mask
-      else:
-        idx = _draw_indices(key, n, n)
-        resampled = (_take(a, idx) for a in arrays)
-        resampled_by = None if mask is None else _take(mask, idx)
-      scores, correct = resampled
-      return selective.rank_errors(scores, ~correct, resampled_by)
+  if ranked:
+    # AURC-type metrics: the samples sorted once; each resample is its counts of them, ranked
+    # without a sort (`ranked_counts.ranked_from_counts`: the errors `E_k` bit for bit) and
+    # reduced as the metric reduces.
+    points = ranked_counts.rank_points(*arrays)
+    reduction = selective.ranked_reduction(metric_fn)
 
-    chunks = keys.reshape(-1, ranked)
-    return lax.map(lambda k: lax.map(selective.ranked_reduction(metric_fn), jax.vmap(rank)(k)),
-                   chunks).reshape(-1)
+    def ranked_one(key):
+      if flat_mask:  # n draws among the n_valid valid rows, of which the first n_valid count
+        idx = _take(valid_rows, _draw_indices(key, n, n_valid))
+        drawn, num_valid = resampled_mask.astype(jnp.int32), n_valid
+      else:
+        idx, drawn, num_valid = _draw_indices(key, n, n), jnp.int32(1), None
+      counts = jnp.zeros(n, jnp.int32).at[idx].add(drawn, mode="promise_in_bounds")
+      return reduction(ranked_counts.ranked_from_counts(points, counts, num_valid))
+
+    return lax.map(ranked_one, keys)
   # batch_size 1 maps `one` itself: lax.map would vmap it over a batch of 1, whose batched
   # gathers are the slow ones on XLA:CPU.
   return lax.map(one, keys, batch_size=None if batch_size == 1 else batch_size)
@@ -307,12 +316,11 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
   top_label = _is_top_label(metric_fn) and len(arrays) == 2
   if top_label:
     arrays = (_packed_top_label(*arrays),)  # after `value`: its checks see the given arrays
-  ranked = None
-  if (selective.ranked_reduction(metric_fn) is not None and batch_size is None
-      and len(arrays) == 2 and all(a.ndim == 1 for a in arrays)
-      and arrays[0].shape[0] <= _RANKED_MAX_N and (mask is None or mask.ndim == 1)):
+  ranked = (selective.ranked_reduction(metric_fn) is not None and batch_size is None
+            and len(arrays) == 2 and all(a.ndim == 1 for a in arrays)
+            and (mask is None or mask.ndim == 1))
+  if ranked:
     arrays = arrays_lib.flatten_scores_correct(*arrays, None)[:2]  # the metric's own casts
-    ranked = _ranked_chunk(num_samples, arrays[0].shape[0])
   smooth_chunk = _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples)
   batch = batch_size or _batch_size(arrays, mask, num_samples)
   samples = _resampled(metric_fn, arrays, mask, keys, int(batch), top_label, ranked,

@@ -313,7 +313,8 @@ def rank_summary(confidence: ArrayLike, correct: ArrayLike, mask: Optional[Array
 def ranked_reduction(metric_fn) -> Optional[Callable[[RankedErrors], jax.Array]]:
   """For `aurc`, `eaurc` or `augrc`: the reduction it applies to `rank_errors(scores,
   ~correct, mask)` (its value is `reduction(rank_errors(...))`, the same operations); None for
-  any other function. `metrics.bootstrap` ranks a chunk of resamples in one host call (the sort
-  is a callback on CPU) and reduces each resample as the metric does."""
+  any other function. `metrics.bootstrap` ranks each resample from its counts of the samples
+  (`ranked_counts.ranked_from_counts`, no sort) and reduces it as the metric does."""
   return {aurc: _aurc_from_ranked, eaurc: _eaurc_from_ranked,
           augrc: _augrc_from_ranked}.get(metric_fn)
+

@@ -45,7 +45,7 @@ Where this differs from relplot 1.0, and why:
   bisection is skipped: it can never pass, since `smECE_σ ≤ 1` for any data.
 
 Against relplot 1.0.3 (`crosscheck/relplot_smece.py`): the same σ on every case run, values
-within 2.4e-7 relative where σ ≥ 0.01 and 6.4e-4 where it is below.
+within 3.6e-7 relative (float32 rounding) where σ ≥ 0.01 and 6.4e-4 where it is below.
 """
 import functools
 import math
@@ -65,14 +65,15 @@ DENSITY_FLOOR = 1e-4     # relplot's `eps` added to the smoothed density
 SEARCH_STEPS = 10        # bisection steps of the bandwidth search (resolution 2⁻¹⁰)
 SEARCH_FLOOR = 1e-3      # bandwidths below this count as "too small" without evaluation
 MIN_EVAL_POINTS = 200    # relplot's config.smECE_mesh_pts
-_COARSE_GRID = 1001      # relplot's grid for σ ≥ 0.01
-_FINE_GRID = 5121        # relplot's grid at σ = 2⁻⁹, the smallest bandwidth the search scores
+COARSE_GRID = 1001      # relplot's grid for σ ≥ 0.01
+FINE_GRID = 5121        # relplot's grid at σ = 2⁻⁹, the smallest bandwidth the search scores
+_FINE_FFT_LENGTH = 10368  # 2⁷·3⁴ ≥ 2·5121 − 1
 # relplot's grid is 1001 points while round(20/σ) ≤ 2001, i.e. for σ > 20/2001.5.
-_COARSE_MIN_SIGMA = 20.0 / 2001.5
+COARSE_MIN_SIGMA = 20.0 / 2001.5
 # The search never scores σ < 2⁻⁹, so round(10/σ) ≤ 5120 evaluation points; on the coarse
-# grid (σ > _COARSE_MIN_SIGMA) round(10/σ) ≤ 1001, so its steps interpolate 5x fewer points.
-_MAX_SEARCH_EVAL_POINTS = 5120
-_MAX_COARSE_EVAL_POINTS = round(10.0 / _COARSE_MIN_SIGMA)
+# grid (σ > COARSE_MIN_SIGMA) round(10/σ) ≤ 1001, so its steps interpolate 5x fewer points.
+MAX_SEARCH_EVAL_POINTS = 5120
+MAX_COARSE_EVAL_POINTS = round(10.0 / COARSE_MIN_SIGMA)
 
 
 def grid_points(bandwidth: float) -> int:
@@ -106,32 +107,57 @@ def spread_to_grid(f: jax.Array, weights: jax.Array, num_points: int) -> jax.Arr
 
 
 def mirrored_spectrum(grid: jax.Array) -> jax.Array:
-  """The rFFT of grid values `[K, M]` mirrored about both ends (end points not repeated),
-  zero-padded so that the convolution with a kernel of M taps does not wrap around."""
+  """The rFFT of grid values `[K, M]` (M odd) mirrored about both ends (end points not
+  repeated) by the kernel's half-width `(M − 1)/2`, zero-padded so that the convolution with
+  the kernel's M taps does not wrap around onto the M outputs kept.
+
+  The kernel reaches `(M − 1)/2` points, so a mirror of that many points on each side is all
+  any output reads: `2M − 1` points, an FFT of `fft_length(M) ≥ 2M − 1` (half the length of
+  mirroring the whole grid on each side, the same sums)."""
   m = grid.shape[-1]
-  extended = jnp.concatenate([grid[:, 1:][:, ::-1], grid, grid[:, :-1][:, ::-1]], axis=-1)
-  return jnp.fft.rfft(extended, _fft_length(m))
+  half = (m - 1) // 2
+  extended = jnp.concatenate(
+      [grid[..., 1:half + 1][..., ::-1], grid, grid[..., m - 1 - half:m - 1][..., ::-1]], axis=-1)
+  return jnp.fft.rfft(extended, fft_length(m))
 
 
-def _fft_length(m: int) -> int:
-  return 1 << (3 * m - 2 + m - 2).bit_length()
+def fft_length(m: int) -> int:
+  """The FFT length of an M-point grid's convolution: at least `2M − 1` (the mirrored grid and
+  the kernel's M taps, no wrap onto the outputs kept). 2048 for the coarse grid; the fine
+  grid's `2⁷·3⁴ = 10368`, a 5-smooth length ~1.6x faster on XLA:CPU than the power of two
+  16384; otherwise the next power of two."""
+  if m == FINE_GRID:
+    return _FINE_FFT_LENGTH
+  return 1 << (2 * m - 2).bit_length()
+
+
+def kernel_spectrum(m: int, sigma: jax.Array) -> jax.Array:
+  """The rFFT (`fft_length(m)`) of the Gaussian sampled at offsets `j·h`, `|j| ≤ (M − 1)/2`,
+  `h = 1/(M − 1)`: unnormalised pdf values, as relplot's kernel vector. `sigma` of any shape
+  `[...]` gives `[..., fft_length(m)//2 + 1]`."""
+  half = (m - 1) // 2
+  h = 1.0 / (m - 1)
+  offsets = jnp.arange(-half, half + 1, dtype=jnp.float32) * h
+  sigma = jnp.asarray(sigma, jnp.float32)[..., None]
+  kernel = jnp.exp(-jnp.square(offsets) / (2.0 * sigma * sigma)) / (
+      math.sqrt(2.0 * math.pi) * sigma)
+  return jnp.fft.rfft(kernel, fft_length(m))
+
+
+def smooth_with(spectrum: jax.Array, m: int, kernel: jax.Array) -> jax.Array:
+  """The M grid values of a `mirrored_spectrum` `[..., F]` convolved with a `kernel_spectrum`
+  (broadcast against it): the grid smoothed by the Gaussian reflected at 0 and 1."""
+  length = fft_length(m)
+  full = jnp.fft.irfft(spectrum * kernel, length)
+  return full[..., m - 1:2 * m - 1]    # output j reads mirrored points j .. j + M − 1
 
 
 def _smooth_spectrum(spectrum: jax.Array, m: int, sigma: jax.Array) -> jax.Array:
   """Convolves the grid behind `mirrored_spectrum` with the Gaussian reflected at 0 and 1.
 
-  The kernel is sampled at offsets `j·h`, `|j| ≤ (M − 1)/2`, unnormalised pdf values as in
-  relplot. The bandwidth search calls this once per bandwidth on the spectrum computed once.
+  The bandwidth search calls this once per bandwidth on the spectrum computed once.
   """
-  half = (m - 1) // 2
-  h = 1.0 / (m - 1)
-  offsets = jnp.arange(-half, half + 1, dtype=jnp.float32) * h
-  kernel = jnp.exp(-jnp.square(offsets) / (2.0 * sigma * sigma)) / (
-      math.sqrt(2.0 * math.pi) * sigma)
-  length = _fft_length(m)
-  full = jnp.fft.irfft(spectrum * jnp.fft.rfft(kernel, length), length)
-  start = 3 * half                                            # centre of grid point 0
-  return full[:, start:start + m]
+  return smooth_with(spectrum, m, kernel_spectrum(m, sigma))
 
 
 def _reflected_gaussian(grid: jax.Array, sigma: jax.Array) -> jax.Array:
@@ -139,34 +165,51 @@ def _reflected_gaussian(grid: jax.Array, sigma: jax.Array) -> jax.Array:
   return _smooth_spectrum(mirrored_spectrum(grid), grid.shape[-1], sigma)
 
 
-def _interpolate(curves: jax.Array, t: jax.Array) -> jax.Array:
-  """Linear interpolation of `[K, M]` grid curves at points `t ∈ [0, 1]`."""
-  m = curves.shape[-1]
+def interpolate(curves: jax.Array, t: jax.Array) -> jax.Array:
+  """Linear interpolation of `[..., M]` grid curves at points `t ∈ [0, 1]`."""
+  lower, frac = interpolation_weights(t, curves.shape[-1])
+  return curves[..., lower] * (1.0 - frac) + curves[..., lower + 1] * frac
+
+
+def interpolation_weights(t: jax.Array, m: int):
+  """`(lower, frac)`: the point `t ∈ [0, 1]` lies `frac` of the way from grid point `lower`
+  to `lower + 1` of `linspace(0, 1, m)`."""
   pos = t * (m - 1)
   lower = jnp.clip(jnp.floor(pos).astype(jnp.int32), 0, m - 2)
-  frac = pos - lower
-  return curves[:, lower] * (1.0 - frac) + curves[:, lower + 1] * frac
+  return lower, pos - lower
+
+
+def eval_grid(num_eval: jax.Array, max_eval: int):
+  """The evaluation points `linspace(0, 1, num_eval)` padded to `max_eval`: `(t, inside)`,
+  `t = 0` where `inside` is False."""
+  k = jnp.arange(max_eval, dtype=jnp.float32)
+  t = k / jnp.maximum(num_eval - 1, 1).astype(jnp.float32)
+  inside = k < num_eval
+  return jnp.where(inside, t, 0.0), inside
+
+
+def smooth_ece_of_grid(smoothed: jax.Array, num_eval: jax.Array, max_eval: int) -> jax.Array:
+  """`smECE_σ` from the smoothed `[residual, count]` grid `[2, M]` (`smooth_with`), read at
+  `num_eval ≤ max_eval` points `linspace(0, 1, num_eval)`."""
+  t, inside = eval_grid(num_eval, max_eval)
+  residual, density = interpolate(smoothed, t)
+  numerator = jnp.sum(jnp.where(inside, jnp.abs(residual), 0.0))
+  denominator = jnp.sum(jnp.where(inside, density + DENSITY_FLOOR, 0.0))
+  return numerator / denominator
 
 
 def _smooth_ece_at(spectrum: jax.Array, m: int, sigma: jax.Array, num_eval: jax.Array,
                    max_eval: int) -> jax.Array:
   """`smECE_σ` from the `mirrored_spectrum` of the spread `[residual, count]` grid of `m`
   points; `num_eval ≤ max_eval` points."""
-  smoothed = _smooth_spectrum(spectrum, m, sigma)
-  k = jnp.arange(max_eval, dtype=jnp.float32)
-  t = k / jnp.maximum(num_eval - 1, 1).astype(jnp.float32)
-  inside = k < num_eval
-  residual, density = _interpolate(smoothed, jnp.where(inside, t, 0.0))
-  numerator = jnp.sum(jnp.where(inside, jnp.abs(residual), 0.0))
-  denominator = jnp.sum(jnp.where(inside, density + DENSITY_FLOOR, 0.0))
-  return numerator / denominator
+  return smooth_ece_of_grid(_smooth_spectrum(spectrum, m, sigma), num_eval, max_eval)
 
 
-def _search_eval_points(sigma: jax.Array) -> jax.Array:
+def search_eval_points(sigma: jax.Array) -> jax.Array:
   return jnp.maximum(jnp.round(10.0 / sigma), MIN_EVAL_POINTS).astype(jnp.int32)
 
 
-def _weights(conf, correct, mask):
+def spread_weights(conf, correct, mask):
   """The spread weights `[residual, count]` (0 for masked-out entries)."""
   weight = jnp.ones_like(conf) if mask is None else mask.astype(jnp.float32)
   return jnp.stack([(conf - correct.astype(jnp.float32)) * weight, weight])
@@ -174,11 +217,11 @@ def _weights(conf, correct, mask):
 
 def _smooth_ece_on(coarse, fine, sigma):
   """`smECE_σ` from the grid relplot uses at σ: coarse above 0.01, else fine."""
-  num_eval = _search_eval_points(sigma)
+  num_eval = search_eval_points(sigma)
   return lax.cond(
-      sigma > _COARSE_MIN_SIGMA,
-      lambda: _smooth_ece_at(coarse, _COARSE_GRID, sigma, num_eval, _MAX_COARSE_EVAL_POINTS),
-      lambda: _smooth_ece_at(fine, _FINE_GRID, sigma, num_eval, _MAX_SEARCH_EVAL_POINTS))
+      sigma > COARSE_MIN_SIGMA,
+      lambda: _smooth_ece_at(coarse, COARSE_GRID, sigma, num_eval, MAX_COARSE_EVAL_POINTS),
+      lambda: _smooth_ece_at(fine, FINE_GRID, sigma, num_eval, MAX_SEARCH_EVAL_POINTS))
 
 
 def search_spectra(conf, correct, mask):
@@ -188,14 +231,14 @@ def search_spectra(conf, correct, mask):
   The bisection scores a bandwidth below 1/64 only after scoring 1/64 itself (on the coarse
   grid) and finding `1/64 ≥ smECE_{1/64}`; otherwise the second pass over the data is skipped.
   """
-  weights = _weights(conf, correct, mask)
-  coarse = mirrored_spectrum(spread_to_grid(conf, weights, _COARSE_GRID))
+  weights = spread_weights(conf, correct, mask)
+  coarse = mirrored_spectrum(spread_to_grid(conf, weights, COARSE_GRID))
   sigma = jnp.float32(1.0 / 64)
-  needs_fine = sigma >= _smooth_ece_at(coarse, _COARSE_GRID, sigma, _search_eval_points(sigma),
-                                       _MAX_COARSE_EVAL_POINTS)
-  fine_shape = (2, _fft_length(_FINE_GRID) // 2 + 1)
+  needs_fine = sigma >= _smooth_ece_at(coarse, COARSE_GRID, sigma, search_eval_points(sigma),
+                                       MAX_COARSE_EVAL_POINTS)
+  fine_shape = (2, fft_length(FINE_GRID) // 2 + 1)
   fine = lax.cond(needs_fine,
-                  lambda: mirrored_spectrum(spread_to_grid(conf, weights, _FINE_GRID)),
+                  lambda: mirrored_spectrum(spread_to_grid(conf, weights, FINE_GRID)),
                   lambda: jnp.zeros(fine_shape, jnp.complex64))
   return coarse, fine
 
@@ -219,42 +262,11 @@ def search_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Arr
   return value, sigma
 
 
-def search_bandwidth_batched(coarse: jax.Array, fine: jax.Array):
-  """`search_bandwidth` of B data sets at once, from their `search_spectra` stacked
-  (`[B, 2, F]` coarse, `[B, 2, F_fine]` fine); returns `(smECE [B], σ [B])`.
-
-  The same bisection, each step scoring the B bandwidths in one batched FFT convolution
-  instead of B small ones (a bootstrap's resamples: on XLA:CPU the per-operation cost of the
-  small ones dominates). A step convolves on the fine grid only when one of the B bandwidths
-  needs it, and then for all B. Values equal `search_bandwidth`'s up to float32 rounding of the
-  batched reductions (tested).
-  """
-  def at(grid_points, max_eval, spectra, sigma):
-    return jax.vmap(lambda s, sig: _smooth_ece_at(s, grid_points, sig, _search_eval_points(sig),
-                                                  max_eval))(spectra, sigma)
-
-  def step(i, state):
-    lo, hi, _ = state
-    sigma = jnp.where(i < SEARCH_STEPS, (lo + hi) / 2, hi)
-    on_coarse = sigma > _COARSE_MIN_SIGMA
-    value = at(_COARSE_GRID, _MAX_COARSE_EVAL_POINTS, coarse, sigma)
-    fine_value = lax.cond(jnp.all(on_coarse), lambda: value,
-                          lambda: at(_FINE_GRID, _MAX_SEARCH_EVAL_POINTS, fine, sigma))
-    value = jnp.where(on_coarse, value, fine_value)
-    too_small = (i < SEARCH_STEPS) & ((sigma < SEARCH_FLOOR) | (sigma < value))
-    grow = (i < SEARCH_STEPS) & ~too_small
-    return jnp.where(too_small, sigma, lo), jnp.where(grow, sigma, hi), value
-
-  zeros = jnp.zeros(coarse.shape[0], jnp.float32)
-  _, sigma, value = lax.fori_loop(0, SEARCH_STEPS + 1, step, (zeros, zeros + 1.0, zeros))
-  return value, sigma
-
-
 def fixed_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array],
                     bandwidth: float) -> jax.Array:
   """`smECE_σ` at a given (static) bandwidth, on relplot's grids for that bandwidth."""
   m = grid_points(bandwidth)
-  spectrum = mirrored_spectrum(spread_to_grid(conf, _weights(conf, correct, mask), m))
+  spectrum = mirrored_spectrum(spread_to_grid(conf, spread_weights(conf, correct, mask), m))
   num_eval = eval_points(bandwidth)
   return _smooth_ece_at(spectrum, m, jnp.float32(bandwidth), jnp.int32(num_eval), num_eval)
 
@@ -335,15 +347,15 @@ def top_label_smooth_ece(confidence: ArrayLike, correct: ArrayLike,
 
 @functools.partial(jax.jit, static_argnames="num_points")
 def _curve(conf, correct, mask, sigma, num_points):
-  weights = _weights(conf, correct, mask)
-  coarse, fine = spread_to_grid(conf, weights, _COARSE_GRID), spread_to_grid(
-      conf, weights, _FINE_GRID)
+  weights = spread_weights(conf, correct, mask)
+  coarse, fine = spread_to_grid(conf, weights, COARSE_GRID), spread_to_grid(
+      conf, weights, FINE_GRID)
   t = jnp.linspace(0.0, 1.0, num_points, dtype=jnp.float32)
 
   def on(grid):
-    return _interpolate(_reflected_gaussian(grid, sigma), t)
+    return interpolate(_reflected_gaussian(grid, sigma), t)
 
-  residual, density = lax.cond(sigma > _COARSE_MIN_SIGMA, lambda: on(coarse),
+  residual, density = lax.cond(sigma > COARSE_MIN_SIGMA, lambda: on(coarse),
                                lambda: on(fine))
   density = density + DENSITY_FLOOR
   n = jnp.sum(weights[1])

@@ -8,9 +8,6 @@ import glob
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -168,30 +165,9 @@ def _final_variables(workdir, step):
 
 
 SIGTERM_STEPS, PAUSE_AT = 30, 11
-# Calls of 4 steps: the loop waits for call 2 (steps 9..12), whose batch 11 is paused.
+# Calls of 4 steps: SIGTERM arrives while the loop waits for call 2 (steps 9..12), whose batch
+# 11 is paused.
 BLOCKED_CALL = PAUSE_AT // STEPS_PER_DISPATCH
-
-
-def _preempt(workdir, on_device):
-  """A real train.py process (tests/fixtures/train_pausing.py) sent SIGTERM while its loop waits
-  for the call that holds batch PAUSE_AT; returns its exit status, its stderr and the steps of
-  the checkpoints it left."""
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(ROOT, "tests", "fixtures", "train_pausing.py"),
-       *_train_args(workdir, SIGTERM_STEPS, on_device)], cwd=ROOT,
-      env=dict(_env(), CALIB_TEST_PAUSE_AT_BATCH=str(PAUSE_AT)), stdin=subprocess.PIPE,
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  seen, paused, waiting = [], False, False
-  for line in proc.stderr:
-    seen.append(line)
-    paused |= line.startswith(f"paused before batch {PAUSE_AT}")
-    waiting |= line.startswith(f"waiting for call {BLOCKED_CALL}")
-    if paused and waiting:
-      proc.send_signal(signal.SIGTERM)
-      break
-  _, err = proc.communicate("go on\n", timeout=300)
-  steps = checkpoint.Checkpointer(str(workdir), read_only=True).all_steps()
-  return proc.returncode, "".join(seen) + err, steps
 
 
 @contextlib.contextmanager
@@ -223,34 +199,32 @@ def unwritable_workdir(tmp_path):
 
 @pytest.fixture(scope="module")
 def train_py(tmp_path_factory):
-  """This module's train.py runs. The two preempted ones are real processes (SIGTERM is what
-  they test), with the training set fed by tf.data and on the devices. The others are fresh
-  train.py runs forked from one process that imported TensorFlow and JAX once
-  (tests/fixtures/forked_programs.py; most of a start is those imports): an uninterrupted
-  run fed by tf.data (the reference of both preempted runs), the same command again in each
-  preempted run's work directory (the reruns), and a run in an unwritable work directory.
-  {"preempted": {on_device: (exit status, stderr, checkpoint steps, workdir)}, "rerun":
-  {on_device: (exit status, stderr)}, "reference": variables, "unwritable": (process,
+  """This module's train.py runs, each a fresh train.py process forked from one that imported
+  TensorFlow and JAX once (tests/fixtures/forked_programs.py; most of a start is those
+  imports), in turn: two runs preempted by SIGTERM (tests/fixtures/train_pausing.py), with the
+  training set fed by tf.data and on the devices; an uninterrupted run fed by tf.data (the
+  reference of both); the same command again in each preempted run's work directory (the
+  reruns); a run in an unwritable work directory. {"preempted" / "rerun": {on_device:
+  process}, "workdir": {on_device: path}, "reference": variables, "unwritable": (process,
   workdir)}."""
   root = tmp_path_factory.mktemp("train_py")
-  preempted = {}
-  for on_device in (False, True):
-    workdir = root / f"preempted_{on_device}"
-    preempted[on_device] = (*_preempt(workdir, on_device), workdir)
+  workdirs = {on_device: root / f"preempted_{on_device}" for on_device in (False, True)}
   reference = root / "uninterrupted"
   with _unwritable(tmp_path_factory.mktemp("unwritable")) as unwritable:
-    runs = [_train_args(reference, SIGTERM_STEPS)]
-    runs += [_train_args(preempted[on_device][-1], SIGTERM_STEPS, on_device)
-             for on_device in (False, True)]
-    runs.append(_train_args(unwritable, 24))
-    done = forked_programs.run_programs([("calib_jax.cli.train:run", ["train.py", *args])
-                                         for args in runs], cwd=ROOT, env=_env())
-  assert done[0].returncode == 0, done[0].stderr[-2000:]
-  return {"preempted": preempted,
+    runs = [("train_pausing:run", ["train.py", *_train_args(workdirs[on_device], SIGTERM_STEPS,
+                                                            on_device),
+                                   f"--sigterm_at_batch={PAUSE_AT}",
+                                   f"--sigterm_in_call={BLOCKED_CALL}"])
+            for on_device in (False, True)]
+    runs += [("calib_jax.cli.train:run", ["train.py", *args]) for args in (
+        _train_args(reference, SIGTERM_STEPS),
+        *(_train_args(workdirs[on_device], SIGTERM_STEPS, on_device) for on_device in (False, True)),
+        _train_args(unwritable, 24))]
+    done = forked_programs.run_programs(runs, cwd=ROOT, env=_env())
+  assert done[2].returncode == 0, done[2].stderr[-2000:]
+  return {"preempted": dict(zip((False, True), done[:2])), "workdir": workdirs,
           "reference": _final_variables(str(reference), SIGTERM_STEPS),
-          "rerun": {on_device: (proc.returncode, proc.stderr)
-                    for on_device, proc in zip((False, True), done[1:3])},
-          "unwritable": (done[3], unwritable)}
+          "rerun": dict(zip((False, True), done[3:5])), "unwritable": (done[5], unwritable)}
 
 
 @pytest.mark.parametrize("on_device", [False, True])
@@ -258,17 +232,20 @@ def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted
     on_device, train_py):
   """The preempted run (with `on_device`: its training set on the devices) resumed, against
   an uninterrupted run fed by tf.data."""
-  steps = SIGTERM_STEPS
-  returncode, err, checkpoints, workdir = train_py["preempted"][on_device]
-  assert returncode == preemption.PREEMPTED_EXIT_CODE, err
+  steps, workdir = SIGTERM_STEPS, train_py["workdir"][on_device]
+  preempted = train_py["preempted"][on_device]
+  assert preempted.returncode == preemption.PREEMPTED_EXIT_CODE, preempted.stderr
+  assert f"paused before batch {PAUSE_AT}" in preempted.stderr
   # The call in flight (steps 9..12) is finished, then saved.
   saved = (BLOCKED_CALL + 1) * STEPS_PER_DISPATCH
-  assert err.strip().splitlines()[-1] == (
+  assert preempted.stderr.strip().splitlines()[-1] == (
       f"train.py: preempted (SIGTERM): saved checkpoint {saved} in "
-      f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), err
-  assert checkpoints == [saved]  # on disk before the rerun
-  returncode, err = train_py["rerun"][on_device]
-  assert returncode == 0, err[-2000:]
+      f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), (
+          preempted.stderr)
+  assert f"checkpoints: [{saved}]" in preempted.stdout.splitlines()  # before the rerun
+  rerun = train_py["rerun"][on_device]
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  err = rerun.stderr
   # The resumed run's first call ends STEPS_PER_DISPATCH steps after the checkpoint.
   assert re.search(rf"^{saved + STEPS_PER_DISPATCH}/{steps} \[", err, re.M), err[-2000:]
   assert not re.search(rf"^{saved}/{steps} \[", err, re.M)

@@ -110,7 +110,9 @@ def installed_runs(wheel, site, tmp_path_factory):
   runs.append((entry_points["calib-jax-demo"],
                ["calib-jax-demo", "--workdir=demo", "--variants=ce", "--num_train_steps=5",
                 f"--config={cwd / 'recipe.py'}"]))
-  done = forked_programs.run_programs(runs, cwd=str(cwd), env={**os.environ, "PYTHONPATH": site})
+  # 10 minutes for the commands, 10 for the demo, as each had before they shared a start.
+  done = forked_programs.run_programs(runs, cwd=str(cwd), env={**os.environ, "PYTHONPATH": site},
+                                      timeout=1200)
   assert done[0].calib_jax_file.startswith(site), done[0].calib_jax_file
   return {"commands": done[:3], "demo": (done[3], cwd)}
 

@@ -220,7 +220,8 @@ def train_py(tmp_path_factory):
         _train_args(reference, SIGTERM_STEPS),
         *(_train_args(workdirs[on_device], SIGTERM_STEPS, on_device) for on_device in (False, True)),
         _train_args(unwritable, 24))]
-    done = forked_programs.run_programs(runs, cwd=ROOT, env=_env())
+    # Up to 5 minutes a run, as each had as a process of its own (a loaded machine is slow).
+    done = forked_programs.run_programs(runs, cwd=ROOT, env=_env(), timeout=300 * len(runs))
   assert done[2].returncode == 0, done[2].stderr[-2000:]
   return {"preempted": dict(zip((False, True), done[:2])), "workdir": workdirs,
           "reference": _final_variables(str(reference), SIGTERM_STEPS),

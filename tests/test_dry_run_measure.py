@@ -139,7 +139,7 @@ def test_measure_is_read_from_argv_as_absl_reads_a_boolean_flag(monkeypatch):
     for name in set(flags.FLAGS) - defined:
       delattr(flags.FLAGS, name)
     if "calib_jax.dry_run.__main__" not in imported:
-      del sys.modules["calib_jax.dry_run.__main__"]
+      sys.modules.pop("calib_jax.dry_run.__main__", None)
   assert got == cases
 
 

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
 
 import pytest
@@ -56,17 +55,6 @@ def _entry_points(wheel: str) -> dict[str, str]:
   return dict(parser["console_scripts"])
 
 
-def _run_script(site: str, entry_point: str, args: list[str], cwd: str) -> subprocess.CompletedProcess:
-  """What pip's console-script wrapper does: import the entry point, call it with argv."""
-  module, function = entry_point.split(":")
-  code = (f"import sys, calib_jax; assert calib_jax.__file__.startswith({site!r}), "
-          f"calib_jax.__file__; from {module} import {function}; sys.argv = {args!r}; "
-          f"sys.exit({function}())")
-  env = {**os.environ, "PYTHONPATH": site}
-  return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
-                        text=True, check=False, timeout=600)
-
-
 def test_the_wheel_holds_the_recipes_and_the_entry_points(wheel):
   with zipfile.ZipFile(wheel) as archive:
     names = set(archive.namelist())
@@ -87,19 +75,50 @@ def test_the_wheel_holds_the_recipes_and_the_entry_points(wheel):
         f"{module.replace('.', '/')}.py").decode(), target
 
 
-def test_installed_commands_find_their_packaged_recipes_from_any_directory(wheel, site,
-                                                                           tmp_path):
+# The demo's recipe: the packaged one (read from the wheel), with 50 bootstrap resamples of the
+# report's intervals instead of 1000, as every test's config (tests/test_run_loop.tiny_config):
+# the resamples are most of the evaluation's time and the test asserts what the demo writes.
+DEMO_RECIPE = """
+from calib_jax import config as config_lib
+from calib_jax import demo
+from calib_jax.config import variants
+
+VARIANTS = config_lib.load_config_module(demo.DEFAULT_CONFIG).VARIANTS
+
+def get_config(arg=None):
+  config = config_lib.load_config_file(demo.DEFAULT_CONFIG + ":" + (arg or "ce"))
+  assert config_lib.__file__.startswith(%r), config_lib.__file__
+  return variants.override(config, {"eval.bootstrap_samples": 50})
+"""
+
+
+@pytest.fixture(scope="module")
+def installed_runs(wheel, site, tmp_path_factory):
+  """The installed commands run from a temporary directory, each a child forked from one
+  process that imported the wheel's package once (tests/fixtures/forked_programs.py): what
+  pip's console-script wrapper does (import the entry point, call it with argv), in place of a
+  whole start each. calib-jax-train and calib-jax-eval with a packaged recipe, calib-jax-train
+  with a missing one, then calib-jax-demo for a few steps. {"commands": their 3 processes,
+  "demo": (its process, the directory it ran in)}."""
+  cwd = tmp_path_factory.mktemp("elsewhere")
+  (cwd / "recipe.py").write_text(DEMO_RECIPE % site)
   entry_points = _entry_points(wheel)
-  # Three runs of the installed commands, each a child forked from one process that imported
-  # the wheel's package once (tests/fixtures/forked_programs.py): what pip's wrapper does, in
-  # place of three whole starts.
   runs = [(entry_points[script], [script, "--config=configs/default.py:mbls", "--config.seed=3"])
           for script in ("calib-jax-train", "calib-jax-eval")]
   runs.append((entry_points["calib-jax-train"],
-               ["calib-jax-train", "--config=configs/nope.py", f"--workdir={tmp_path}/w"]))
-  done = forked_programs.run_programs(runs, cwd=str(tmp_path),
-                                      env={**os.environ, "PYTHONPATH": site})
+               ["calib-jax-train", "--config=configs/nope.py", f"--workdir={cwd}/w"]))
+  runs.append((entry_points["calib-jax-demo"],
+               ["calib-jax-demo", "--workdir=demo", "--variants=ce", "--num_train_steps=5",
+                f"--config={cwd / 'recipe.py'}"]))
+  # 10 minutes for the commands, 10 for the demo, as each had before they shared a start.
+  done = forked_programs.run_programs(runs, cwd=str(cwd), env={**os.environ, "PYTHONPATH": site},
+                                      timeout=1200)
   assert done[0].calib_jax_file.startswith(site), done[0].calib_jax_file
+  return {"commands": done[:3], "demo": (done[3], cwd)}
+
+
+def test_installed_commands_find_their_packaged_recipes_from_any_directory(installed_runs):
+  done = installed_runs["commands"]
   for run in done[:2]:
     # `--config=configs/default.py` does not exist here: it is read from the package, with its
     # variant and an override; the command then stops at the first thing it lacks.
@@ -109,29 +128,10 @@ def test_installed_commands_find_their_packaged_recipes_from_any_directory(wheel
   assert len(done[2].stderr.strip().splitlines()) == 1, done[2].stderr
 
 
-def test_installed_demo_trains_a_few_steps_from_a_temporary_directory(wheel, site, tmp_path):
-  script = "calib-jax-demo"
-  # The packaged demo recipe (read from the wheel), with 50 bootstrap resamples of the report's
-  # intervals instead of 1000, as every test's config (tests/test_run_loop.tiny_config): the
-  # resamples are most of the evaluation's time and the test asserts what the demo writes.
-  (tmp_path / "recipe.py").write_text(textwrap.dedent("""
-      from calib_jax import config as config_lib
-      from calib_jax import demo
-      from calib_jax.config import variants
-
-      VARIANTS = config_lib.load_config_module(demo.DEFAULT_CONFIG).VARIANTS
-
-      def get_config(arg=None):
-        config = config_lib.load_config_file(demo.DEFAULT_CONFIG + ":" + (arg or "ce"))
-        assert config_lib.__file__.startswith(%r), config_lib.__file__
-        return variants.override(config, {"eval.bootstrap_samples": 50})
-      """ % site))
-  done = _run_script(site, _entry_points(wheel)[script],
-                     [script, "--workdir=demo", "--variants=ce", "--num_train_steps=5",
-                      f"--config={tmp_path / 'recipe.py'}"],
-                     str(tmp_path))
+def test_installed_demo_trains_a_few_steps_from_a_temporary_directory(installed_runs):
+  done, cwd = installed_runs["demo"]
   assert done.returncode == 0, done.stderr[-3000:]
   assert "[ce] trained in" in done.stdout and "CE" in done.stdout
-  assert (tmp_path / "demo" / "summary.json").is_file()
-  assert (tmp_path / "demo" / "reliability.png").is_file()
-  assert (tmp_path / "demo" / "ce" / "eval_test" / "metrics.json").is_file()
+  assert (cwd / "demo" / "summary.json").is_file()
+  assert (cwd / "demo" / "reliability.png").is_file()
+  assert (cwd / "demo" / "ce" / "eval_test" / "metrics.json").is_file()

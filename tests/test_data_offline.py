@@ -366,24 +366,53 @@ def test_imagenet_boxes_builder_and_eval_objectness(tmp_path):
   assert batch["objectness"][second] == 0.0  # no XML: no boxes
 
 
+# Imports the data package (TensorFlow: most of a start) once, then forks two processes that
+# both find the dataset unprepared and read it at the same time; prints each one's exit status
+# and the examples it read, or its traceback.
 _PREPARE_AND_READ = """
-import sys
+import json, os, sys, traceback
 from calib_jax import data
-batches = list(data.make_dataset("digits", "test", batch_size=64, train=False,
-                                 data_dir=sys.argv[1], process_index=0, process_count=1))
-print(sum(int(b["mask"].sum()) for b in batches))
+
+def read():
+  batches = list(data.make_dataset("digits", "test", batch_size=64, train=False,
+                                   data_dir=sys.argv[1], process_index=0, process_count=1))
+  return str(sum(int(b["mask"].sum()) for b in batches))
+
+children = []
+for _ in range(2):
+  out, into = os.pipe()
+  pid = os.fork()
+  if pid == 0:
+    status = 1
+    try:
+      os.close(out)
+      text, status = read(), 0
+    except BaseException:
+      text = traceback.format_exc()
+    os.write(into, text.encode())
+    os._exit(status)
+  os.close(into)
+  children.append((pid, out))
+results = []
+for pid, out in children:
+  with os.fdopen(out) as pipe:
+    text = pipe.read()
+  results.append((os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), text))
+print(json.dumps(results))
 """
 
 
 def test_concurrent_processes_prepare_a_local_dataset_once(tmp_path):
   """Two processes that find the same dataset unprepared both read it (one prepares, one waits)."""
+  import json
   import subprocess
   import sys
-  procs = [subprocess.Popen([sys.executable, "-c", _PREPARE_AND_READ, str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for _ in range(2)]
-  outputs = [p.communicate(timeout=300) for p in procs]
-  for p, (out, err) in zip(procs, outputs):
-    assert p.returncode == 0, err[-2000:]
-  counts = {out.strip().splitlines()[-1] for out, _ in outputs}
+  done = subprocess.run([sys.executable, "-c", _PREPARE_AND_READ, str(tmp_path)],
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  results = json.loads(done.stdout.strip().splitlines()[-1])
+  assert len(results) == 2
+  for status, text in results:
+    assert status == 0, text[-2000:]
+  counts = {text for _, text in results}
   assert len(counts) == 1 and int(counts.pop()) > 0

@@ -3,7 +3,6 @@ random inputs and timed against its roofline. Here the devices are the CPU's, me
 GPU's figures (the numbers are meaningless, the mechanics are the same); bench/accelerator_step.py
 runs it on real chips (BENCHMARKS.md)."""
 import dataclasses
-import json
 import os
 import re
 import subprocess
@@ -14,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import flags
 
 from calib_jax.config import files as config_lib
 from calib_jax.dry_run import chips, compile as compile_lib, measure, report
@@ -120,17 +120,27 @@ def test_the_cli_without_an_accelerator_or_a_chip_is_one_line():
       "only the CPU here")
 
 
-def test_measure_is_read_from_argv_as_absl_reads_a_boolean_flag():
+def test_measure_is_read_from_argv_as_absl_reads_a_boolean_flag(monkeypatch):
   """`--measure` chooses JAX's platform before absl parses the flags (on a GPU host, spelled
-  `--measure=True` it must not pin JAX to the CPU)."""
+  `--measure=True` it must not pin JAX to the CPU).
+
+  Read in this process (a program started for it is ~7 s of imports): importing the program's
+  module sets JAX_PLATFORMS if unset (set here first, so this process's environment is left as
+  it was) and defines its flags in absl's registry (removed again, with the module)."""
   cases = {"--measure": True, "--measure=true": True, "--measure=True": True, "--measure=1": True,
            "--measure=false": False, "--nomeasure": False, "--measure --nomeasure": False,
            "--nomeasure --measure": True, "--topology=h100:1": False}
-  code = ("import json, sys; from calib_jax.dry_run import __main__ as m; "
-          "print(json.dumps({c: m.measure_requested(c.split()) for c in json.loads(sys.argv[1])}))")
-  result = subprocess.run([sys.executable, "-c", code, json.dumps(list(cases))], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=True)
-  assert json.loads(result.stdout.strip().splitlines()[-1]) == cases
+  monkeypatch.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
+  defined, imported = set(flags.FLAGS), set(sys.modules)
+  try:
+    from calib_jax.dry_run import __main__ as program  # pylint: disable=import-outside-toplevel
+    got = {case: program.measure_requested(case.split()) for case in cases}
+  finally:
+    for name in set(flags.FLAGS) - defined:
+      delattr(flags.FLAGS, name)
+    if "calib_jax.dry_run.__main__" not in imported:
+      sys.modules.pop("calib_jax.dry_run.__main__", None)
+  assert got == cases
 
 
 def test_no_calls_or_repeats_is_one_line(topology):

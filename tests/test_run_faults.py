@@ -8,9 +8,6 @@ import glob
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -25,6 +22,7 @@ from calib_jax.evaluation import report, run as evaluation
 from calib_jax.training import reporting
 from calib_jax import config as config_lib
 from calib_jax.config import variants
+from fixtures import forked_programs
 from test_cli_console import TINY
 from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
@@ -141,19 +139,17 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_refuses_it_by_step(
 STEPS_PER_DISPATCH = 4
 
 
-def _train_cmd(workdir, steps, on_device=False):
-  return [sys.executable, os.path.join(ROOT, "tests", "fixtures", "train_pausing.py"), *TINY,
-          f"--config.num_train_steps={steps}", "--config.eval_every_steps=0",
+def _train_args(workdir, steps, on_device=False):
+  return [*TINY, f"--config.num_train_steps={steps}", "--config.eval_every_steps=0",
           "--config.checkpoint_every_steps=1000", f"--config.data.on_device={on_device}",
           f"--config.steps_per_dispatch={STEPS_PER_DISPATCH}", f"--workdir={workdir}"]
 
 
-def _env(cache_dir):
+def _env():
   env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
-  # One device, as a user's train.py has; the test run's compile flags (tests/conftest.py).
-  env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             XLA_FLAGS=os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"])
+  # One device, as a user's train.py has; the test run's compile flags and its compilation
+  # cache (tests/conftest.py: CALIB_JAX_TESTS_COMPILE_FLAGS, CALIB_JAX_COMPILATION_CACHE).
+  env.update(PYTHONPATH=ROOT, XLA_FLAGS=os.environ["CALIB_JAX_TESTS_COMPILE_FLAGS"])
   return env
 
 
@@ -168,71 +164,14 @@ def _final_variables(workdir, step):
   return jax.device_get(variables)
 
 
-SIGTERM_STEPS = 30
+SIGTERM_STEPS, PAUSE_AT = 30, 11
+# Calls of 4 steps: SIGTERM arrives while the loop waits for call 2 (steps 9..12), whose batch
+# 11 is paused.
+BLOCKED_CALL = PAUSE_AT // STEPS_PER_DISPATCH
 
 
-@pytest.fixture(scope="module")
-def train_py_cache(tmp_path_factory):
-  """One persistent compilation cache for this module's train.py processes."""
-  return tmp_path_factory.mktemp("train_py_cache")
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, train_py_cache):
-  """The final variables of a train.py run of SIGTERM_STEPS steps fed by tf.data, never
-  interrupted: the reference of both preempted runs below."""
-  workdir = tmp_path_factory.mktemp("uninterrupted") / "ref"
-  done = subprocess.run(_train_cmd(workdir, SIGTERM_STEPS), cwd=ROOT, env=_env(train_py_cache),
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                        timeout=300)
-  assert done.returncode == 0, done.stderr[-2000:]
-  return _final_variables(str(workdir), SIGTERM_STEPS)
-
-
-@pytest.mark.parametrize("on_device", [False, True])
-def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted_run(
-    tmp_path, on_device, uninterrupted, train_py_cache):
-  """The preempted run (with `on_device`: its training set on the devices) resumed, against
-  an uninterrupted run fed by tf.data."""
-  steps, pause_at = SIGTERM_STEPS, 11
-  env = _env(train_py_cache)
-  workdir = tmp_path / "preempted"
-  proc = subprocess.Popen(_train_cmd(workdir, steps, on_device), cwd=ROOT,
-                          env=dict(env, CALIB_TEST_PAUSE_AT_BATCH=str(pause_at)),
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
-  seen, paused, waiting = [], False, False
-  # Calls of 4 steps: the loop waits for call 2 (steps 9..12), whose batch 11 is paused.
-  blocked_call = pause_at // STEPS_PER_DISPATCH
-  for line in proc.stderr:
-    seen.append(line)
-    paused |= line.startswith(f"paused before batch {pause_at}")
-    waiting |= line.startswith(f"waiting for call {blocked_call}")
-    if paused and waiting:
-      proc.send_signal(signal.SIGTERM)
-      break
-  out, err = proc.communicate("go on\n", timeout=300)
-  assert proc.returncode == preemption.PREEMPTED_EXIT_CODE, "".join(seen) + err
-  # The call in flight (steps 9..12) is finished, then saved.
-  saved = (blocked_call + 1) * STEPS_PER_DISPATCH
-  assert err.strip().splitlines()[-1] == (
-      f"train.py: preempted (SIGTERM): saved checkpoint {saved} in "
-      f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), err
-  assert checkpoint.Checkpointer(str(workdir), read_only=True).all_steps() == [saved]
-  resumed = subprocess.run(_train_cmd(workdir, steps, on_device), cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=300)
-  assert resumed.returncode == 0, resumed.stderr[-2000:]
-  # The resumed run's first call ends STEPS_PER_DISPATCH steps after the checkpoint.
-  assert re.search(rf"^{saved + STEPS_PER_DISPATCH}/{steps} \[", resumed.stderr, re.M), (
-      resumed.stderr[-2000:])
-  assert not re.search(rf"^{saved}/{steps} \[", resumed.stderr, re.M)
-  for x, y in zip(jax.tree.leaves(uninterrupted),
-                  jax.tree.leaves(_final_variables(str(workdir), steps)), strict=True):
-    np.testing.assert_array_equal(x, y)
-
-
-@pytest.fixture
-def unwritable_workdir(tmp_path):
+@contextlib.contextmanager
+def _unwritable(tmp_path):
   """A work directory nothing can be written in: a read-only folder, or, where chmod does not
   stop writes (tests run as root), a path below a regular file."""
   folder = tmp_path / "read_only"
@@ -252,6 +191,70 @@ def unwritable_workdir(tmp_path):
   assert blocker.read_text() == "not a folder\n"  # Nothing of the user's was touched.
 
 
+@pytest.fixture
+def unwritable_workdir(tmp_path):
+  with _unwritable(tmp_path) as workdir:
+    yield workdir
+
+
+@pytest.fixture(scope="module")
+def train_py(tmp_path_factory):
+  """This module's train.py runs, each a fresh train.py process forked from one that imported
+  TensorFlow and JAX once (tests/fixtures/forked_programs.py; most of a start is those
+  imports), in turn: two runs preempted by SIGTERM (tests/fixtures/train_pausing.py), with the
+  training set fed by tf.data and on the devices; an uninterrupted run fed by tf.data (the
+  reference of both); the same command again in each preempted run's work directory (the
+  reruns); a run in an unwritable work directory. {"preempted" / "rerun": {on_device:
+  process}, "workdir": {on_device: path}, "reference": variables, "unwritable": (process,
+  workdir)}."""
+  root = tmp_path_factory.mktemp("train_py")
+  workdirs = {on_device: root / f"preempted_{on_device}" for on_device in (False, True)}
+  reference = root / "uninterrupted"
+  with _unwritable(tmp_path_factory.mktemp("unwritable")) as unwritable:
+    runs = [("train_pausing:run", ["train.py", *_train_args(workdirs[on_device], SIGTERM_STEPS,
+                                                            on_device),
+                                   f"--sigterm_at_batch={PAUSE_AT}",
+                                   f"--sigterm_in_call={BLOCKED_CALL}"])
+            for on_device in (False, True)]
+    runs += [("calib_jax.cli.train:run", ["train.py", *args]) for args in (
+        _train_args(reference, SIGTERM_STEPS),
+        *(_train_args(workdirs[on_device], SIGTERM_STEPS, on_device) for on_device in (False, True)),
+        _train_args(unwritable, 24))]
+    # Up to 5 minutes a run, as each had as a process of its own (a loaded machine is slow).
+    done = forked_programs.run_programs(runs, cwd=ROOT, env=_env(), timeout=300 * len(runs))
+  assert done[2].returncode == 0, done[2].stderr[-2000:]
+  return {"preempted": dict(zip((False, True), done[:2])), "workdir": workdirs,
+          "reference": _final_variables(str(reference), SIGTERM_STEPS),
+          "rerun": dict(zip((False, True), done[3:5])), "unwritable": (done[5], unwritable)}
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_sigterm_saves_the_step_in_flight_and_the_rerun_matches_an_uninterrupted_run(
+    on_device, train_py):
+  """The preempted run (with `on_device`: its training set on the devices) resumed, against
+  an uninterrupted run fed by tf.data."""
+  steps, workdir = SIGTERM_STEPS, train_py["workdir"][on_device]
+  preempted = train_py["preempted"][on_device]
+  assert preempted.returncode == preemption.PREEMPTED_EXIT_CODE, preempted.stderr
+  assert f"paused before batch {PAUSE_AT}" in preempted.stderr
+  # The call in flight (steps 9..12) is finished, then saved.
+  saved = (BLOCKED_CALL + 1) * STEPS_PER_DISPATCH
+  assert preempted.stderr.strip().splitlines()[-1] == (
+      f"train.py: preempted (SIGTERM): saved checkpoint {saved} in "
+      f"{checkpoint.checkpoint_dir(str(workdir))}; run the same command again to resume"), (
+          preempted.stderr)
+  assert f"checkpoints: [{saved}]" in preempted.stdout.splitlines()  # before the rerun
+  rerun = train_py["rerun"][on_device]
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  err = rerun.stderr
+  # The resumed run's first call ends STEPS_PER_DISPATCH steps after the checkpoint.
+  assert re.search(rf"^{saved + STEPS_PER_DISPATCH}/{steps} \[", err, re.M), err[-2000:]
+  assert not re.search(rf"^{saved}/{steps} \[", err, re.M)
+  for x, y in zip(jax.tree.leaves(train_py["reference"]),
+                  jax.tree.leaves(_final_variables(str(workdir), steps)), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
 def test_unwritable_workdir_fails_right_after_config_validation(unwritable_workdir, monkeypatch):
   def no_build(*args, **kwargs):
     raise AssertionError("went on to build the run before checking the work directory")
@@ -263,9 +266,8 @@ def test_unwritable_workdir_fails_right_after_config_validation(unwritable_workd
   assert "\n" not in str(info.value)
 
 
-def test_train_py_reports_an_unwritable_workdir_in_one_line(unwritable_workdir, tmp_path):
-  proc = subprocess.run(_train_cmd(unwritable_workdir, 24), cwd=ROOT, env=_env(tmp_path / "c"),
-                        capture_output=True, text=True, timeout=300)
+def test_train_py_reports_an_unwritable_workdir_in_one_line(train_py):
+  proc, unwritable_workdir = train_py["unwritable"]
   assert proc.returncode == 1
   assert proc.stderr.splitlines() == [
       f"train.py: work directory {unwritable_workdir} is not writable "

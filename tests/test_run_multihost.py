@@ -1,11 +1,15 @@
 """Multi-host training proven on one machine: two local processes with 4 fake CPU devices each,
 joined by `jax.distributed.initialize` (collectives over gloo), train the tiny config, as a
-single run and as a seed sweep; both processes are killed mid-run and restarted. Each process reads its own disjoint shard of the
+single run and as a seed sweep; both processes are killed mid-run and restarted (each start a
+fresh process forked from one that imported TensorFlow and JAX once: tests/fixtures/
+multihost_worker.py). Each process reads its own disjoint shard of the
 training split, so the global batch of a step is host 0's shard batch then host 1's: the result
 must match one process (the suite's 4 devices) fed those same global batches (to 1e-5: the
 same data-parallel step on another number of devices), and only process 0 writes the logs."""
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,41 +36,65 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def _start(out, runs):
-  """The two processes of a job training `runs` (multihost_worker.py's RUNS_JSON) in turn."""
-  port = _free_port()
+@contextlib.contextmanager
+def _hosts(out):
+  """The job's two processes (multihost_worker.py): each imports once, then forks a child per
+  start (`_start`), a fresh process that joins the job and is killed or finishes."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   # One compilation cache for the job's three starts (beside their temporary folders): the
   # restarts find the programs compiled before the kill.
   cache = os.path.join(out, "multihost_jax_cache")
   env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=cache,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-  return [subprocess.Popen([sys.executable, WORKER, str(i), "2", str(port), out,
-                            json.dumps(runs)],
-                           cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  # Each in a session of its own: its process group, with its children, is ended at the end.
+  hosts = [subprocess.Popen([sys.executable, WORKER, str(i), "2", out], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+           for i in range(2)]
+  try:
+    yield hosts
+  finally:
+    for host in hosts:
+      os.killpg(host.pid, signal.SIGKILL)
+      host.communicate()
 
 
-def _kill_when_paused(procs, workdir):
-  """Waits until both processes paused before batch 10 of the run in `workdir`, once its
-  checkpoint 8 is on disk, and kills them there; returns what each printed until then."""
-  logs = []
-  for p in procs:
-    seen = []
-    for line in p.stdout:
-      seen.append(line)
-      if line.startswith("paused before batch 10"):
-        break
-    else:
-      raise AssertionError(f"worker exited early: {p.wait()}\n" + "".join(seen)[-3000:])
-    logs.append("".join(seen))
+def _read_until(host, prefix):
+  """Lines of `host` up to and with the first that starts with `prefix`; fails at `exited`."""
+  seen = []
+  for line in host.stdout:
+    seen.append(line)
+    if line.startswith(prefix):
+      return seen
+    if line.startswith("exited "):
+      break
+  raise AssertionError(f"no {prefix!r} line:\n" + "".join(seen)[-3000:])
+
+
+def _start(hosts, runs):
+  """One start of the job training `runs` (multihost_worker.py's stdin lines) in turn: a child of
+  each process; returns their process ids."""
+  command = json.dumps({"port": _free_port(), "runs": runs}) + "\n"
+  for host in hosts:
+    host.stdin.write(command)
+    host.stdin.flush()
+  return [int(_read_until(host, "start ")[-1].split()[1]) for host in hosts]
+
+
+def _kill_when_paused(hosts, runs, workdir):
+  """Starts `runs`, waits until both children paused before batch 10 of the run in `workdir`,
+  once its checkpoint 8 is on disk, and kills them there (SIGKILL); returns what each printed
+  until then."""
+  children = _start(hosts, runs)
+  logs = ["".join(_read_until(host, "paused before batch 10")) for host in hosts]
   step_dir = os.path.join(checkpoint.checkpoint_dir(workdir), "8")
   deadline = time.monotonic() + 120  # The asynchronous save of step 8 commits in the background.
   while not os.path.isdir(step_dir) and time.monotonic() < deadline:
     time.sleep(0.1)
-  for p in procs:
-    p.kill()
-    p.communicate()
+  for child in children:
+    os.kill(child, signal.SIGKILL)
+  for host in hosts:
+    assert _read_until(host, "exited ")[-1] == f"exited {-signal.SIGKILL}\n"
   assert checkpoint.Checkpointer(workdir, read_only=True).all_steps() == [8]
   return logs
 
@@ -106,8 +134,8 @@ SWEEP = {"sweep": "seed=0,1", "sweep_member_shards": 2, "eval_every_steps": 24}
 
 def test_two_processes_train_like_one_and_resume_after_a_kill(tmp_path, monkeypatch):
   """A single run and a seed sweep, each killed before batch 10 (checkpoint 8 on disk) and
-  resumed, in three starts of the two processes (a start is most of the time: imports,
-  joining, compiling): 1) the single run, killed; 2) the single run resumed to the end, then
+  resumed, in three starts of the two processes (a start is most of the time: joining,
+  compiling): 1) the single run, killed; 2) the single run resumed to the end, then
   the sweep, killed; 3) the sweep resumed to the end. Then each against one process.
 
   The sweep's two members are on the 2-D mesh (member, data) over both processes' 8 devices:
@@ -116,12 +144,13 @@ def test_two_processes_train_like_one_and_resume_after_a_kill(tmp_path, monkeypa
   out = str(tmp_path)
   single = {"name": "single", "workdir": str(tmp_path / "run"), "overrides": {}}
   sweep = {"name": "sweep", "workdir": str(tmp_path / "sweep_run"), "overrides": SWEEP}
-  _kill_when_paused(_start(out, [dict(single, pause_at=10)]), single["workdir"])
-  single_logs = _kill_when_paused(_start(out, [single, dict(sweep, pause_at=10)]),
-                                  sweep["workdir"])
-  procs = _start(out, [sweep])
-  sweep_logs = [p.communicate(timeout=300)[0] for p in procs]
-  assert [p.returncode for p in procs] == [0, 0], "\n".join(x[-3000:] for x in sweep_logs)
+  with _hosts(out) as hosts:
+    _kill_when_paused(hosts, [dict(single, pause_at=10)], single["workdir"])
+    single_logs = _kill_when_paused(hosts, [single, dict(sweep, pause_at=10)], sweep["workdir"])
+    _start(hosts, [sweep])
+    sweep_logs = ["".join(_read_until(host, "exited ")) for host in hosts]
+  assert [log.splitlines()[-1] for log in sweep_logs] == ["exited 0"] * 2, (
+      "\n".join(x[-3000:] for x in sweep_logs))
   monkeypatch.setattr(experiment_data.DataRecipe, "train_stream", _host_sharded_stream)
 
   # The single run. Only process 0 wrote the metrics: one record per logging step, both

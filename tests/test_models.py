@@ -23,8 +23,9 @@ def abstract_model(name, num_classes, input_shape, input_dtype="float32", **kw):
   """(model, abstract variables, abstract eval logits) for `name`, traced only."""
   model = models.get(name, num_classes, **kw)
   x = jax.ShapeDtypeStruct(input_shape, jnp.dtype(input_dtype))
-  variables = jax.eval_shape(lambda x: model.init({"params": KEY}, x, train=False), x)
-  logits = jax.eval_shape(lambda v, x: model.apply(v, x, train=False), variables, x)
+  # One trace: init's own forward pass in eval mode is `apply(variables, x, train=False)`.
+  logits, variables = jax.eval_shape(
+      lambda x: model.init_with_output({"params": KEY}, x, train=False), x)
   return model, variables, logits
 
 

@@ -260,7 +260,8 @@ def test_fine_tune_from_an_imported_file(tmp_path):
       "num_train_steps": 2, "optimizer.learning_rate": 0.01, "schedule.warmup_epochs": 0.0,
       "checkpoint_every_steps": 2, "keep_checkpoints": 0, "log_every_steps": 2,
       "eval_every_steps": 0, "progress_bar": False, "tensorboard": False})
-  config.data.options.image_size = 16
+  # digits' own 8x8 images and test_models_torch_weights.py's fine-tune config: the same
+  # training programs, compiled once for both tests (the suite's compilation cache).
   state_out = loop.train_and_evaluate(config, str(tmp_path / "work"), devices=jax.devices()[:1])
   params = jax.device_get(state_out.params)
   assert params["head"]["kernel"].shape == (512, 10)

@@ -76,7 +76,7 @@ def _ranked_by(lax_fn, callback_fn, key: jax.Array, bit: jax.Array):
 _EXACT_TIE_MAX = 46340  # largest tie group whose `taken · group_errors` (≤ size²) fits int32
 
 
-def spread_tie_errors(above, taken, group_errors, size, xp):
+def spread_tie_errors(above, taken, group_errors, size, xp, divmod_fn=None):
   """`above + taken · group_errors / size`: the errors among a tie group's first `taken`
   members (in descending order) with the group's `group_errors` spread evenly, plus the
   `above` errors of larger scores; integer arrays in, float32 out.
@@ -85,15 +85,19 @@ def spread_tie_errors(above, taken, group_errors, size, xp):
   `((taken·g) mod size) / size`: no product is rounded, and an add of a quotient cannot be
   contracted into a fused multiply-add, so numpy and XLA give the same float32 bit for bit.
   Groups larger than `_EXACT_TIE_MAX` (their product would overflow int32) use the float32
-  `above + taken · (g / size)` instead, within an ulp of it.
+  `above + taken · (g / size)` instead, within an ulp of it. `divmod_fn(a, b)` (default
+  `(a // b, a % b)`) is the integer division: any exact one gives the same values
+  (`ranked_counts` passes one that XLA:CPU vectorizes).
   """
   f32 = xp.float32
   above, taken = above.astype(xp.int32), taken.astype(xp.int32)
   group_errors, size = group_errors.astype(xp.int32), size.astype(xp.int32)
   exact = size <= _EXACT_TIE_MAX
   product = xp.where(exact, taken, 0) * group_errors
-  quotient = xp.where(exact, above + product // size, 0).astype(f32)
-  exact_value = quotient + (product % size).astype(f32) / size.astype(f32)
+  quotient, remainder = (product // size, product % size) if divmod_fn is None else divmod_fn(
+      product, size)
+  quotient = xp.where(exact, above + quotient, 0).astype(f32)
+  exact_value = quotient + remainder.astype(f32) / size.astype(f32)
   rounded_value = above.astype(f32) + taken.astype(f32) * (group_errors.astype(f32)
                                                            / size.astype(f32))
   return xp.where(exact, exact_value, rounded_value)

@@ -39,7 +39,6 @@ def rank_points(scores: jax.Array, correct: jax.Array) -> RankedPoints:
 
 _SCAN_BLOCK = 32  # running sums: blocks summed by one product with a triangular matrix
 _SCAN_EXACT = 1 << 24  # float32 holds every integer below this
-_EXACT_TIE_MAX = 46340  # as `_ranking.spread_tie_errors`: the largest group it divides exactly
 
 
 def running_sums(x: jax.Array) -> jax.Array:
@@ -76,17 +75,10 @@ def _divmod(a: jax.Array, b: jax.Array):
 
 
 def _spread_tie_errors(above, taken, group_errors, size):
-  """`_ranking.spread_tie_errors(..., jnp)` with `_divmod` for its integer division: the same
-  integers, then the same float32 operations, so the same values bit for bit (tested)."""
-  f32 = jnp.float32
-  exact = size <= _EXACT_TIE_MAX
-  product = jnp.where(exact, taken, 0) * group_errors
-  quotient, remainder = _divmod(product, jnp.maximum(size, 1))
-  quotient = jnp.where(exact, above + quotient, 0).astype(f32)
-  exact_value = quotient + remainder.astype(f32) / size.astype(f32)
-  rounded_value = above.astype(f32) + taken.astype(f32) * (group_errors.astype(f32)
-                                                           / size.astype(f32))
-  return jnp.where(exact, exact_value, rounded_value)
+  """`_ranking.spread_tie_errors` with `_divmod` for its integer division (empty groups, past
+  the resample's end, divided by 1): the same values bit for bit (tested)."""
+  return _ranking.spread_tie_errors(above, taken, group_errors, size, jnp,
+                                    lambda a, b: _divmod(a, jnp.maximum(b, 1)))
 
 
 def ranked_from_counts(points: RankedPoints, counts: jax.Array,

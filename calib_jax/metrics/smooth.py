@@ -49,7 +49,7 @@ within 3.6e-7 relative (float32 rounding) where σ ≥ 0.01 and 6.4e-4 where it 
 """
 import functools
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -243,23 +243,29 @@ def search_spectra(conf, correct, mask):
   return coarse, fine
 
 
-def search_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array]):
-  """relplot's bandwidth search on `(f, y)`; returns `(smECE_σ, σ)` (both float32)."""
-  coarse, fine = search_spectra(conf, correct, mask)
+def bisect_bandwidth(score: Callable[[jax.Array], jax.Array], shape: tuple[int, ...] = ()):
+  """relplot's bisection of the bandwidth on `(0, 1]` (module docstring) for bandwidths of
+  `shape` at once, `score(σ)` giving `smECE_σ`; returns `(smECE_σ, σ)` (float32 `shape`)."""
 
   def step(i, state):
     lo, hi, _ = state
     # Steps 0..9 bisect; step 10 scores the result, `hi` (one compiled evaluation for all).
     sigma = jnp.where(i < SEARCH_STEPS, (lo + hi) / 2, hi)
-    value = _smooth_ece_on(coarse, fine, sigma)
+    value = score(sigma)
     too_small = (i < SEARCH_STEPS) & ((sigma < SEARCH_FLOOR) | (sigma < value))
     grow = (i < SEARCH_STEPS) & ~too_small
     return jnp.where(too_small, sigma, lo), jnp.where(grow, sigma, hi), value
 
   # A loop, not unrolled: one compiled step instead of eleven (compilation ~5x faster).
-  zero = jnp.float32(0.0)
-  _, sigma, value = lax.fori_loop(0, SEARCH_STEPS + 1, step, (zero, jnp.float32(1.0), zero))
+  zeros = jnp.zeros(shape, jnp.float32)
+  _, sigma, value = lax.fori_loop(0, SEARCH_STEPS + 1, step, (zeros, zeros + 1.0, zeros))
   return value, sigma
+
+
+def search_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array]):
+  """relplot's bandwidth search on `(f, y)`; returns `(smECE_σ, σ)` (both float32)."""
+  coarse, fine = search_spectra(conf, correct, mask)
+  return bisect_bandwidth(lambda sigma: _smooth_ece_on(coarse, fine, sigma))
 
 
 def fixed_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Array],

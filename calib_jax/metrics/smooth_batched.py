@@ -171,10 +171,8 @@ def search_bandwidths(counts: jax.Array, conf: jax.Array, correct: jax.Array, ta
   fine = _in_groups(needs_fine, _FINE_GROUP, fine_spectra,
                     jnp.zeros((batch, 2, fine_bins), jnp.complex64))
 
-  def step(i, state):
-    lo, hi, _ = state
-    sigma = jnp.where(i < smooth.SEARCH_STEPS, (lo + hi) / 2, hi)
-    value = coarse_values(sigma)
+  def score(sigma):
+    """`smECE_σ` of each resample: on the coarse grid, then the fine grid's where σ is on it."""
     on_fine = (sigma <= smooth.COARSE_MIN_SIGMA) & (sigma >= _FINE.min_j / _DYADIC)
 
     def fine_values(ids, value):
@@ -183,11 +181,6 @@ def search_bandwidths(counts: jax.Array, conf: jax.Array, correct: jax.Array, ta
                     tab.fine_density)
       return value.at[ids].set(got, mode="drop")
 
-    value = _in_groups(on_fine, _FINE_GROUP, fine_values, value)
-    too_small = (i < smooth.SEARCH_STEPS) & ((sigma < smooth.SEARCH_FLOOR) | (sigma < value))
-    grow = (i < smooth.SEARCH_STEPS) & ~too_small
-    return jnp.where(too_small, sigma, lo), jnp.where(grow, sigma, hi), value
+    return _in_groups(on_fine, _FINE_GROUP, fine_values, coarse_values(sigma))
 
-  zeros = jnp.zeros(batch, jnp.float32)
-  _, sigma, value = lax.fori_loop(0, smooth.SEARCH_STEPS + 1, step, (zeros, zeros + 1.0, zeros))
-  return value, sigma
+  return smooth.bisect_bandwidth(score, (batch,))

@@ -1,4 +1,4 @@
-"""`make demo`: why calibration matters, in about two minutes on a CPU, offline.
+"""`make demo`: why calibration matters, in about 30 s of CPU time, offline.
 
     python -m calib_jax.demo [--workdir=workdirs/demo] [--variants=ce,mbls,acls] [--seed=0]
         [--num_train_steps=N] [--full_report]   # installed: calib-jax-demo
@@ -186,11 +186,11 @@ def main(argv: list[str] | None = None) -> int:
   figure = reliability_figure(runs, os.path.join(args.workdir, FIGURE_FILE))
   print("\n" + comparison_table(summary, num_samples))
   print("\n" + "\n".join(verdict(summary)))
-  report = ("full report" if args.full_report
-            else "calibration report; --full_report adds the post-hoc toolkit")
+  report = ("full report and plots" if args.full_report else
+            "calibration report and plots; --full_report adds the post-hoc toolkit")
   print(f"\nFiles: {os.path.join(args.workdir, SUMMARY_FILE)} (numbers), {figure} "
-        f"(reliability diagrams), {args.workdir}/<variant>/eval_test/ (each run's {report} "
-        f"and plots). Took {time.monotonic() - start:.0f}s.")
+        f"(reliability diagrams), {args.workdir}/<variant>/eval_test/ (each run's {report}). "
+        f"Took {time.monotonic() - start:.0f}s.")
   return 0
 
 

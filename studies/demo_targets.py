@@ -11,8 +11,8 @@ the seeds and whether the targets hold:
 * each calibration loss: ECE at most half of CE's, accuracy within 1.5 points of CE's (means);
 * one `make demo` run takes at most 5 minutes of wall time.
 
-Run from the repository root. Not a test: it trains models and prints numbers (about 1.5 minutes
-per seed on 2 idle cores).
+Run from the repository root. Not a test: it trains models and prints numbers (about 30 s of
+CPU time per seed, 2-3 minutes of wall time on 2 cores shared with background jobs).
 """
 import json
 import os

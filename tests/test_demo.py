@@ -7,7 +7,25 @@ from calib_jax import demo
 from test_run_loop import quick_rng_compilation  # noqa: F401
 
 
-def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
+class _StubToolkit:
+  """Stands in for the post-hoc toolkit (its own tests are test_evaluation_toolkit's): what
+  `--full_report` adds shows up in metrics.json without the toolkit's cost."""
+
+  def __init__(self, experiment, split, calibration):
+    del experiment, split, calibration
+
+  def run(self, variables):
+    del variables
+    return {"posthoc": {"stub": True}}
+
+  def write(self, out_dir):
+    del out_dir
+    return {}
+
+
+def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys, monkeypatch):
+  from calib_jax.evaluation import toolkit
+  monkeypatch.setattr(toolkit, "PosthocReport", _StubToolkit)
   config_file = tmp_path / "small_default.py"
   config_file.write_text(textwrap.dedent(f"""
       from calib_jax import config as config_lib
@@ -20,10 +38,7 @@ def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
         variants.override(config, {{
             "num_train_steps": 24, "model_kwargs": {{"hidden": (16,)}},
             "checkpoint_every_steps": 8, "log_every_steps": 8, "eval_every_steps": 0,
-            "progress_bar": False, "tensorboard": False,
-            # The driver reads the report's calibration numbers only (`demo.summarize`); the
-            # post-hoc toolkit's part of `evaluate_run` is test_evaluation_toolkit's.
-            "eval.toolkit": False}})
+            "progress_bar": False, "tensorboard": False}})
         return config
       """))
   workdir = tmp_path / "demo"
@@ -43,6 +58,10 @@ def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
     results = json.loads((workdir / variant / "eval_test" / "metrics.json").read_text())
     assert row["ece"] == results["pre_temperature"]["ece"]
     assert row["ece_post"] == results["post_temperature"]["ece"]
+    # The table shows none of the post-hoc toolkit, so the demo does not run it by default;
+    # the run's saved config (what eval.py reads) keeps the recipe's setting.
+    assert "posthoc" not in results
+    assert json.loads((workdir / variant / "config.json").read_text())["eval"]["toolkit"]
     # The default's test split is every digit not trained on: 1,237 training + 300 test images.
     assert results["pre_temperature"]["num_samples"] == 1537
   with open(workdir / "reliability.png", "rb") as f:
@@ -51,10 +70,16 @@ def test_demo_trains_evaluates_and_compares_variants(tmp_path, capsys):
   log = (workdir / "log.txt").read_text()
   assert "Constructing tf.data.Dataset sklearn_digits" in log and "checkpoint" in log
   assert "Constructing tf.data.Dataset" not in capsys.readouterr().err
-  # A second run finds the run finished and only re-evaluates it (no new training records).
+  assert "--full_report adds the post-hoc toolkit" in out
+  # A second run finds the run finished and only re-evaluates it (no new training records),
+  # with the post-hoc toolkit when asked.
   records = (workdir / "ce" / "metrics.jsonl").read_text().count('"split": "train"')
-  assert demo.main([f"--workdir={workdir}", "--variants=ce", f"--config={config_file}"]) == 0
+  assert demo.main([f"--workdir={workdir}", "--variants=ce", f"--config={config_file}",
+                    "--full_report"]) == 0
   assert (workdir / "ce" / "metrics.jsonl").read_text().count('"split": "train"') == records
+  results = json.loads((workdir / "ce" / "eval_test" / "metrics.json").read_text())
+  assert results["posthoc"] == {"stub": True}
+  assert "each run's full report" in capsys.readouterr().out
 
 
 def test_demo_rejects_an_unknown_variant_in_one_line(tmp_path, capsys):

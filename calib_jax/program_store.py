@@ -11,7 +11,8 @@ keyed by what its tracing depends on instead, and loaded from disk as an executa
 * every dynamic argument's tree structure, shape, dtype, weak type and committed devices;
 * JAX's configuration (every option, and the thread's trace context), the environment
   variables calib_jax reads while tracing (`TRACED_ENVIRONMENT`), the XLA flags;
-* the versions of jax, jaxlib, numpy, optax, scipy, the backend's platform and devices;
+* the versions of jax, jaxlib, numpy, optax, scipy, the backend's platform and devices, and
+  this process's own devices;
 * the contents of every `.py` file of calib_jax (a changed line anywhere makes new keys).
 
 It is switched on by `$CALIB_JAX_PROGRAM_STORE` (a directory; `cli.compilation_cache.enable`
@@ -124,7 +125,8 @@ def _compile_past_jax_cache(jitted, args, kwargs):
   """`jitted.lower(*args, **kwargs).compile()` with JAX's persistent cache off: an executable
   read from that cache serialises without its machine code on XLA:CPU (loaded again, it fails:
   "Function ... not found"), a freshly compiled one whole. JAX decides once per process whether
-  it uses its cache, so the decision is reset before and after."""
+  it uses its cache, so the decision is reset before and after. (The switch is global: a
+  program another thread compiles meanwhile skips JAX's cache too, which costs only time.)"""
   from jax.experimental.compilation_cache import compilation_cache as jax_cache
   enabled = jax.config.jax_enable_compilation_cache
   jax_cache.reset_cache()
@@ -215,6 +217,9 @@ def _environment() -> str:
       versions.append((package, None))
   backend = jax.devices()[0].client
   devices = [(d.id, d.platform, d.device_kind, d.process_index) for d in jax.devices()]
+  # This process's own devices: uncommitted arguments run on its first, which differs between
+  # the processes of a multi-process run.
+  devices.append((jax.process_index(), [d.id for d in jax.local_devices()]))
   xla = [os.environ.get("XLA_FLAGS"), os.environ.get("LIBTPU_INIT_ARGS"),
          [a for a in sys.argv if a.startswith("--xla")]]
   return repr((versions, backend.platform, backend.platform_version, devices, xla,

@@ -12,7 +12,8 @@ Each run is a fresh `python eval.py --predictions=FILE --workdir=TMP` (cold or w
 compilation cache: `--cache=off|cold|warm`), timed from outside; peak RSS is the child's
 `ru_maxrss`. Programs compiled are counted in a second process running the same command
 with a `jax.monitoring` listener (`/jax/core/compile/backend_compile_duration` events; cache
-hits counted apart). The 1-min load average is printed beside each number.
+hits counted apart; programs loaded untraced from `calib_jax.program_store` counted apart too).
+The 1-min load average is printed beside each number.
 
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --runs=3
   /work/main/.venv/bin/python bench/eval_predictions_speed.py --large --runs=1
@@ -42,7 +43,7 @@ _COUNTING = """
 import atexit, json, os, sys
 from jax import monitoring
 counts = {"compiled": 0, "cache_hits": 0, "compile_seconds": 0.0, "trace_lower_seconds": 0.0,
-          "names": {}}
+          "names": {}, "stored": 0}
 def on_duration(event, seconds, **kw):
   if event == "/jax/core/compile/backend_compile_duration":
     counts["compiled"] += 1
@@ -55,6 +56,8 @@ def on_duration(event, seconds, **kw):
 def on_event(event, **kw):
   if event == "/jax/compilation_cache/cache_hits":
     counts["cache_hits"] += 1
+  elif event == "/calib_jax/program_store/loaded":  # calib_jax.program_store.LOADED_EVENT
+    counts["stored"] += 1
 monitoring.register_event_duration_secs_listener(on_duration)
 monitoring.register_event_listener(on_event)
 atexit.register(lambda: open(os.environ["CALIB_JAX_BENCH_COUNTS"], "w").write(json.dumps(counts)))
@@ -204,7 +207,8 @@ def _one_run(args, i: int, data: str, cache_dir: str, root: str, keep: str,
       counts = json.load(f)
     line += (f"; programs {counts['compiled']} (cache hits {counts['cache_hits']}, "
              f"{counts['compile_seconds']:.1f} s; tracing and lowering "
-             f"{counts['trace_lower_seconds']:.1f} s)")
+             f"{counts['trace_lower_seconds']:.1f} s); loaded untraced from the program store "
+             f"{counts.get('stored', 0)}")
     if args.names:
       line += "\n  " + "\n  ".join(f"{n} x{k}" for n, k in sorted(counts["names"].items()))
   print(line, flush=True)

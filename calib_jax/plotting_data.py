@@ -13,10 +13,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from calib_jax import arrays, metrics
+from calib_jax import arrays, metrics, program_store
 
 
-@functools.partial(jax.jit, static_argnames="num_bins")
+@functools.partial(program_store.jit, static_argnames="num_bins")
 def _reliability_numbers(probs, labels, mask, num_bins: int) -> dict[str, Any]:
   """The metrics of `reliability_summary`, one compiled program (called one by one they were
   four, each with its own label check and host wait)."""

@@ -36,6 +36,7 @@ def test_the_tests_never_write_to_the_users_cache():
 def test_a_cache_directory_given_to_jax_is_kept(tmp_path, monkeypatch):
   """`enable()` keeps a directory the user gave JAX (tests/conftest.py gives JAX the run's)."""
   monkeypatch.setitem(os.environ, compilation_cache.ENV, str(tmp_path / "ours"))
+  monkeypatch.setenv(compilation_cache.PROGRAM_STORE_ENV, "")  # enable() sets it: restored
   assert not _ranking.xla_sorts_on_cpu(540)  # the default: host sorts, faster to compile
   assert compilation_cache.enable() == jax.config.jax_compilation_cache_dir
   assert not (tmp_path / "ours").exists()

@@ -32,6 +32,9 @@ _OFF = ("off", "0", "false", "no", "none")
 # calib_jax.metrics.use_cacheable_cpu_sorts(True), set without importing JAX (that module's
 # CACHEABLE_SORTS_ENV): the rank metrics' short rows sorted by XLA, so they are cached too.
 CACHEABLE_SORTS_ENV = "CALIB_JAX_CACHEABLE_SORTS"
+# calib_jax.program_store.ENV, likewise set without importing JAX: the programs kept on disk to
+# be loaded untraced, in a folder of the cache directory (JAX's cache ignores folders).
+PROGRAM_STORE_ENV = "CALIB_JAX_PROGRAM_STORE"
 MAX_BYTES = 2 << 30  # the bound with `filelock` installed (JAX evicts the oldest entries)
 
 
@@ -68,4 +71,5 @@ def enable(environ: dict[str, str] | None = None) -> str | None:
   # With a cache, the rank metrics' short rows sorted by XLA, so their programs are cached too
   # (calib_jax.metrics._ranking: slower to compile once, then found by every later process).
   os.environ[CACHEABLE_SORTS_ENV] = "1"
+  os.environ[PROGRAM_STORE_ENV] = os.path.join(path, "programs")
   return path

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from calib_jax import program_store
 from calib_jax import conformal
 
 CONFORMAL_SETS = ("thr", "aps", "raps", "saps")  # each marginal and class-conditional ("-class")
@@ -37,7 +38,7 @@ def conformal_keys(alphas: tuple, class_alphas: tuple) -> list[tuple[str, str, A
 _BLOCK_ROWS = 2048
 
 
-@functools.partial(jax.jit, static_argnames=("alphas", "class_alphas"))
+@functools.partial(program_store.jit, static_argnames=("alphas", "class_alphas"))
 def _conformal_sets(val_probs, val_labels, test_probs, test_labels, alphas: tuple,
                     class_alphas: tuple) -> dict[str, jax.Array]:
   """`[coverage, mean set size, worst class's coverage]` of every set: one compiled program per

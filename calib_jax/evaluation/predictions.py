@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from calib_jax import program_store
 from calib_jax import conformal, metrics, posthoc
 from calib_jax.evaluation import (conformal_sets, ensembles, predictions_intervals,
                                   predictions_plots)
@@ -55,7 +56,7 @@ CONFORMAL_SETS = conformal_sets.CONFORMAL_SETS
 INTERVAL_KEYS = predictions_intervals.INTERVAL_KEYS
 
 
-@functools.partial(jax.jit, static_argnames="num_bins")
+@functools.partial(program_store.jit, static_argnames="num_bins")
 def _cacheable_test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   """The test split's numbers that need no host sort, one program (each calibrator gives the
   same shapes, so it compiles once per report), and the per-sample top-label confidence and
@@ -74,7 +75,7 @@ def _cacheable_test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   return values, confidence, correct
 
 
-@functools.partial(jax.jit, static_argnames="num_bins")
+@functools.partial(program_store.jit, static_argnames="num_bins")
 def _rank_test_metrics(confidence: jax.Array, correct: jax.Array,
                        num_bins: int) -> dict[str, jax.Array]:
   """`aece` and `aurc` of the test split's top-label `(confidence, correct)`, one program and

@@ -25,7 +25,7 @@ from typing import Any
 
 import jax
 
-from calib_jax import metrics
+from calib_jax import metrics, program_store
 
 INTERVAL_KEYS = ("ece", "smooth_ece", "aurc")
 # Longest first (see the module docstring); a permutation of `INTERVAL_KEYS`.
@@ -46,13 +46,20 @@ def interval_metric(name: str, num_bins: int) -> Callable:
   built once per report and reused by every calibrator. (A version vmapped over the
   calibrators ran slower on XLA:CPU: smooth ECE's bandwidth search batched.)"""
   if name == "ece":
-    return jax.jit(lambda c, r: metrics.ece(*metrics.top_label_rows(c, r), num_bins))
+    return functools.partial(_top_label_ece, num_bins=num_bins)
   if name == "smooth_ece":  # `bootstrap` batches this one's bandwidth searches
     return metrics.top_label_smooth_ece
   return metrics.aurc
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@functools.partial(program_store.jit, static_argnames="num_bins")
+def _top_label_ece(confidence: jax.Array, correct: jax.Array, num_bins: int) -> jax.Array:
+  """`metrics.ece` of the top-label rows of `(confidence, correct)` (a named function, not a
+  lambda: the program store keys a bootstrap's program by its metric's name)."""
+  return metrics.ece(*metrics.top_label_rows(confidence, correct), num_bins)
+
+
+@functools.partial(program_store.jit, static_argnames=("seed", "count"))
 def interval_keys(seed: int, count: int = len(INTERVAL_KEYS)) -> list[jax.Array]:
   """`list(jax.random.split(jax.random.key(seed), count))`, one key per interval (the same
   for every calibrator, so every calibrator gets the same resamples), as one program (called

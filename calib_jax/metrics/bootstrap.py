@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from calib_jax import program_store
 from calib_jax import arrays as arrays_lib
 from calib_jax.metrics import calibration
 from calib_jax.metrics import calibration_l2
@@ -140,7 +141,8 @@ def top_label_rows(confidence: ArrayLike, correct: ArrayLike) -> tuple[jax.Array
   return _top_label_rows(confidence, correct)
 
 
-@jax.jit  # One program outside a trace (the shape check above stays out of it: one-line errors).
+# One program outside a trace (the shape check above stays out of it: one-line errors).
+@program_store.jit
 def _top_label_rows(confidence, correct):
   rows = jnp.stack([confidence, jnp.zeros_like(confidence)], axis=-1)
   return rows, jnp.logical_not(correct).astype(jnp.int32)
@@ -200,8 +202,8 @@ def _smooth_chunk(metric_fn, arrays, mask, batch_size, top_label, num_samples: i
   return _chunk(num_samples, np.shape(arrays[0])[0], _SMOOTH_CHUNK)
 
 
-@functools.partial(jax.jit, static_argnames=("metric_fn", "batch_size", "top_label", "ranked",
-                                             "smooth_chunk"))
+@functools.partial(program_store.jit, static_argnames=("metric_fn", "batch_size", "top_label",
+                                                       "ranked", "smooth_chunk"))
 def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=False,
                smooth_chunk=None):
   n = arrays[0].shape[0]
@@ -328,7 +330,7 @@ def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,
   return _interval(samples, jnp.asarray(value, jnp.float32), confidence)
 
 
-@jax.jit
+@program_store.jit
 def _interval(samples, value, confidence):
   """The percentile interval and standard error of `samples [num_samples, ...]` along axis 0,
   one program (a metric with a vector value gets one interval per element)."""

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from calib_jax import program_store
 from calib_jax.metrics import _arrays
 from calib_jax import arrays
 from calib_jax.metrics import selective
@@ -85,7 +86,7 @@ def roc_points(scores: jax.Array, positives: jax.Array, mask: Optional[jax.Array
   return tp, fp, prev_tp, prev_fp, r.boundary, num_pos, num_neg
 
 
-@jax.jit
+@program_store.jit
 def _auroc(scores, positives, mask):
   tp, fp, prev_tp, prev_fp, end, num_pos, num_neg = roc_points(scores, positives, mask)
   dx = _arrays.safe_div(fp - prev_fp, num_neg)
@@ -93,7 +94,7 @@ def _auroc(scores, positives, mask):
   return jnp.sum(jnp.where(end, dx * y_mid, 0.0))
 
 
-@jax.jit
+@program_store.jit
 def _aupr(scores, positives, mask):
   tp, fp, prev_tp, _, end, num_pos, _ = roc_points(scores, positives, mask)
   recall_step = _arrays.safe_div(tp - prev_tp, num_pos)
@@ -101,7 +102,7 @@ def _aupr(scores, positives, mask):
   return jnp.sum(jnp.where(end, recall_step * precision, 0.0))
 
 
-@jax.jit
+@program_store.jit
 def _fpr_at_tpr(scores, positives, mask, tpr):
   tp, fp, _, _, end, num_pos, num_neg = roc_points(scores, positives, mask)
   reached = end & (_arrays.safe_div(tp, num_pos) >= tpr)

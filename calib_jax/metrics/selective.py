@@ -22,6 +22,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from calib_jax import program_store
 from calib_jax import arrays
 from calib_jax.metrics import _ranking
 from calib_jax.metrics import _sorting
@@ -124,7 +125,7 @@ def _curve(scores, correct, mask):
   return k.astype(jnp.float32) / r.n.astype(jnp.float32), risk
 
 
-@jax.jit
+@program_store.jit
 def _aurc(scores, correct, mask):
   return _aurc_from_ranked(rank_errors(scores, ~correct, mask))
 

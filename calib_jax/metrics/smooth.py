@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from calib_jax import program_store
 from calib_jax import arrays
 from calib_jax.metrics import calibration
 
@@ -277,7 +278,7 @@ def fixed_bandwidth(conf: jax.Array, correct: jax.Array, mask: Optional[jax.Arra
   return _smooth_ece_at(spectrum, m, jnp.float32(bandwidth), jnp.int32(num_eval), num_eval)
 
 
-@functools.partial(jax.jit, static_argnames="bandwidth")
+@functools.partial(program_store.jit, static_argnames="bandwidth")
 def _smooth_ece(probs, labels, mask, bandwidth):
   conf, correct = calibration.confidence_and_correct(probs, labels)
   if bandwidth is None:
@@ -351,7 +352,7 @@ def top_label_smooth_ece(confidence: ArrayLike, correct: ArrayLike,
   return _top_label_smooth_ece(confidence, correct, mask)
 
 
-@functools.partial(jax.jit, static_argnames="num_points")
+@functools.partial(program_store.jit, static_argnames="num_points")
 def _curve(conf, correct, mask, sigma, num_points):
   weights = spread_weights(conf, correct, mask)
   coarse, fine = spread_to_grid(conf, weights, COARSE_GRID), spread_to_grid(

@@ -9,6 +9,7 @@ import numpy as np
 import optax
 from jax import lax
 
+from calib_jax import program_store
 from calib_jax import arrays
 
 ArrayLike = jax.typing.ArrayLike
@@ -37,7 +38,7 @@ def fit_inputs(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLike]):
   return logits, labels, weights
 
 
-@jax.jit
+@program_store.jit
 def _fit_arrays(logits, labels, mask):
   """Whether every logit is finite, the labels clipped into range and the 0/1 weights: one
   program (op by op they were four, each compiled or looked up in the persistent cache)."""

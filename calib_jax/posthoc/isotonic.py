@@ -39,6 +39,7 @@ from jax import lax
 
 import scipy.optimize
 
+from calib_jax import program_store
 from calib_jax import arrays
 from calib_jax.posthoc import _fitting
 
@@ -158,7 +159,7 @@ def apply_isotonic(logits: ArrayLike, scores: ArrayLike, fitted: ArrayLike) -> j
 # compiled or found in the persistent cache by `eval.py --predictions`), the same values to
 # the bit. The softmax stays outside: jitted, XLA:CPU's fused exp rounds ~3 % of the
 # probabilities differently in the last bit, which moves conformal set sizes.
-@jax.jit
+@program_store.jit
 def _top_label_apply(probs: jax.Array, scores: jax.Array, fitted: jax.Array) -> jax.Array:
   return _fitting.replace_top_label(probs, _interp(jnp.max(probs, axis=-1), scores, fitted))
 
@@ -177,7 +178,7 @@ def normalise_ovr(per_class: jax.Array) -> jax.Array:
   return jnp.where(total > 0, per_class / jnp.where(total > 0, total, 1.0), uniform)
 
 
-@jax.jit
+@program_store.jit
 def _top_label_targets(logits, labels):
   """The top softmax probability `[N]` and whether its class is the label `[N]`."""
   probs = jax.nn.softmax(logits, axis=-1)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from calib_jax import program_store
 from calib_jax import metrics
 from calib_jax import arrays
 from calib_jax.posthoc import scores
@@ -27,7 +28,7 @@ def _check_p(p) -> float:
 
 # p is traced (one compiled program for every finite p: `select_pnorm` tries nine of them);
 # only whether it is infinite is static.
-@functools.partial(jax.jit, static_argnames=("infinite", "center"))
+@functools.partial(program_store.jit, static_argnames=("infinite", "center"))
 def _pnorm_score(logits, p: jax.Array, infinite: bool, center: bool):
   v = logits - jnp.mean(logits, axis=-1, keepdims=True) if center else logits
   scale = jnp.max(jnp.abs(v), axis=-1, keepdims=True)
@@ -71,7 +72,7 @@ def pnorm_aurcs(logits: ArrayLike, labels: ArrayLike, ps: Iterable[float] = rang
   return {key: float(value) for key, value in zip(keys, jax.device_get(pending))}
 
 
-@jax.jit
+@program_store.jit
 def _argmax_is(logits, labels):
   return jnp.argmax(logits, axis=-1) == labels
 

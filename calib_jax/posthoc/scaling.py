@@ -20,6 +20,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from calib_jax import program_store
 from calib_jax.posthoc import _fitting
 
 ArrayLike = jax.typing.ArrayLike
@@ -57,7 +58,7 @@ def odir_penalty(weights: jax.Array, bias: jax.Array, odir_lambda, odir_mu) -> j
           + odir_mu * jnp.sum(jnp.square(bias)) / num_classes)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "max_iter"))
+@functools.partial(program_store.jit, static_argnames=("kind", "max_iter"))
 def _fit_affine(features, labels, weights, odir_lambda, odir_mu, tol, kind: str, max_iter: int):
   """L-BFGS fit of `w ⊙ x + b` (kind "vector") or `W x + b` + ODIR (kind "matrix") on
   `features` (the logits, or their log-softmax for Dirichlet calibration: one compiled fit)."""

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from calib_jax import program_store
 from calib_jax import metrics
 from calib_jax import arrays
 from calib_jax.posthoc import scores
@@ -30,7 +31,7 @@ def apply_temperature(logits: ArrayLike, temperature) -> jax.Array:
   return scores.logits_array(logits) / jnp.asarray(temperature, jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames="iterations")
+@functools.partial(program_store.jit, static_argnames="iterations")
 def _fit_log_temperature(logits, labels, mask, lo, hi, iterations: int):
   """Golden-section search of log T on the held-out NLL (unimodal: NLL is convex in 1/T)."""
   n = labels.shape[0]

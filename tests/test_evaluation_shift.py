@@ -223,6 +223,18 @@ def test_a_bad_spec_is_one_line_among_the_configs_problems(spec, line):
     experiment_lib.build(config)
 
 
+def test_frost_without_its_textures_is_a_config_problem_before_anything_runs(monkeypatch):
+  from calib_jax.shift import weather  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(weather.importlib.util, "find_spec", lambda name: None)
+  assert shift.requirement_problems(["fog", "contrast"]) == []
+  config = shift_config()
+  config.eval.shift = "fog,frost:1"
+  with pytest.raises(ConfigError, match=r"eval.shift='fog,frost:1': frost needs the frost "
+                                        r"textures of the reference package: pip install "
+                                        r"imagecorruptions-imaug"):
+    experiment_lib.build(config)
+
+
 def test_shift_on_a_text_dataset_or_segmentation_rotation_is_refused():
   config = shift_config(**{"data.name": "newsgroups20", "model": "gpool_cnn"})
   config.eval.shift = "all"

@@ -117,7 +117,8 @@ def task_problems(config: ml_collections.ConfigDict, meta: Any) -> list[str]:
 def shift_problems(eval_config: ml_collections.ConfigDict, meta: Any) -> list[str]:
   """What is wrong with `eval.shift` and `eval.shift_table` (see the schema) for dataset
   `meta`: a spec `shift.parse_spec` rejects, a dataset without images of 1 or 3 channels,
-  rotated segmentation maps, an unknown table, stored corrupted sets that are not registered."""
+  rotated segmentation maps, an unknown table, stored corrupted sets that are not registered,
+  corruptions this installation cannot run (frost without its textures)."""
   text = eval_config.shift
   if not text:
     return []
@@ -135,6 +136,8 @@ def shift_problems(eval_config: ml_collections.ConfigDict, meta: Any) -> list[st
   if spec.kind == "rotate" and meta.task == "segmentation":
     problems.append(f"eval.shift='rotate' turns the images but not their label maps; dataset "
                     f"{meta.name!r} is a segmentation task (use corruptions)")
+  if spec.kind == "corruptions":
+    problems += [f"eval.shift={text!r}: {p}" for p in shift.requirement_problems(spec.corruptions)]
   if spec.kind == "dataset":
     if spec.dataset not in data_lib.corrupted.CORRUPTED_DATASETS:
       problems.append(f"eval.shift={text!r}: {spec.dataset!r} is not a corrupted set; valid "

@@ -10,6 +10,7 @@ from calib_jax.shift.core import BENCHMARK_CORRUPTIONS
 from calib_jax.shift.core import VALIDATION_CORRUPTIONS
 from calib_jax.shift.core import corrupt
 from calib_jax.shift.core import corruption_names
+from calib_jax.shift.core import requirement_problems
 from calib_jax.shift.core import table_names
 from calib_jax.shift.rotation import ROTATION_ANGLES
 from calib_jax.shift.rotation import rotate
@@ -18,5 +19,5 @@ from calib_jax.shift.spec import parse_spec
 
 __all__ = [
     "BENCHMARK_CORRUPTIONS", "VALIDATION_CORRUPTIONS", "ROTATION_ANGLES", "ShiftSpec", "corrupt",
-    "corruption_names", "parse_spec", "rotate", "table_names",
+    "corruption_names", "parse_spec", "requirement_problems", "rotate", "table_names",
 ]

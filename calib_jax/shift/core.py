@@ -10,7 +10,7 @@ reference's `np.uint8(clip(.))`).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,13 @@ def corruption_names() -> list[str]:
   """The available corruptions: the 15 benchmark ones, then the 4 validation ones."""
   return [name for name in BENCHMARK_CORRUPTIONS + VALIDATION_CORRUPTIONS
           if name in CORRUPTIONS]
+
+
+def requirement_problems(corruptions: Sequence[str]) -> list[str]:
+  """One line for each of `corruptions` this installation cannot run (frost without the
+  reference package's textures); [] when all can run."""
+  problem = weather.frost_problem() if "frost" in corruptions else None
+  return [] if problem is None else [problem]
 
 
 def table_names() -> list[str]:

@@ -128,6 +128,16 @@ def _frost_directory() -> str:
   return os.path.join(list(spec.submodule_search_locations)[0], "frost")
 
 
+def frost_problem() -> str | None:
+  """None when frost's textures can be read, else the one-line reason (the extra to install):
+  checked before an evaluation starts, rather than when it reaches frost."""
+  try:
+    _frost_directory()
+  except ValueError as e:
+    return str(e)
+  return None
+
+
 def _cubic_weights(offset: np.ndarray) -> np.ndarray:
   """OpenCV's bicubic weights (A = -0.75) of the 4 taps around fractional offsets `[n]`."""
   a = -0.75

@@ -38,6 +38,16 @@ def train(rows: list[str], workdir: str) -> None:
           f"load {os.getloadavg()[0]:.1f})", flush=True)
 
 
+def _check_corruptions_can_run() -> None:
+  """Fails at once, before hours of training, if the eval phase could not run every corruption
+  (frost needs the reference package's textures)."""
+  from calib_jax import shift  # pylint: disable=import-outside-toplevel
+  from studies.shift import run  # pylint: disable=import-outside-toplevel
+  problems = shift.requirement_problems(shift.parse_spec(run.SHIFTS["corruptions"]).corruptions)
+  if problems:
+    raise app.UsageError(f"the eval phase cannot run: {'; '.join(problems)}")
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -45,6 +55,8 @@ def main(argv: list[str]) -> None:
   unknown = [r for r in _ROWS.value if r not in study_config.ROWS]
   if unknown:
     raise app.UsageError(f"unknown rows {unknown}; valid: {', '.join(study_config.ROWS)}")
+  if _PHASE.value in ("train", "eval", "all"):
+    _check_corruptions_can_run()
   if _PHASE.value in ("train", "all"):
     train(_ROWS.value, _WORKDIR.value)
   if _PHASE.value in ("eval", "all"):

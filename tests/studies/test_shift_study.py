@@ -81,3 +81,13 @@ def test_readme_without_markers_is_one_line_error(tmp_path):
   with pytest.raises(SystemExit, match="no '<!-- shift study: begin -->'"):
     report.update_readme(str(readme), "block")
   assert readme.read_text() == "no markers\n"  # nothing the user wrote is lost
+
+
+def test_the_study_refuses_to_start_when_the_eval_phase_could_not_run_frost(monkeypatch):
+  from absl import app  # pylint: disable=import-outside-toplevel
+  from calib_jax.shift import weather  # pylint: disable=import-outside-toplevel
+  from studies.shift import __main__ as study_main  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(weather.importlib.util, "find_spec", lambda name: None)
+  with pytest.raises(app.UsageError, match="the eval phase cannot run: frost needs the frost "
+                                           "textures of the reference package"):
+    study_main._check_corruptions_can_run()  # main() calls it before the train phase

@@ -10,7 +10,7 @@ Inputs (made once into `--data_dir`):
 
 Each run is a fresh `python eval.py --predictions=FILE --workdir=TMP` (cold or warm JAX
 compilation cache: `--cache=off|cold|warm`), timed from outside; peak RSS is the child's
-`ru_maxrss`. Programs compiled are counted in a second process running the same command
+`ru_maxrss`, its CPU seconds `ru_utime + ru_stime` (all its threads). Programs compiled are counted in a second process running the same command
 with a `jax.monitoring` listener (`/jax/core/compile/backend_compile_duration` events; cache
 hits counted apart; programs loaded untraced from `calib_jax.program_store` counted apart too).
 The 1-min load average is printed beside each number.
@@ -93,7 +93,9 @@ def _load() -> str:
 
 
 def timed(cmd, env, root=ROOT):
-  """(wall s, peak RSS MB, status, output), the RSS from wait4 of this child alone."""
+  """(wall s, peak RSS MB, status, output, CPU s), the RSS and the CPU time (user + system,
+  every thread) from wait4 of this child alone: on a loaded machine the CPU seconds compare
+  revisions better than the wall."""
   start = time.perf_counter()
   proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT)
@@ -106,7 +108,8 @@ def timed(cmd, env, root=ROOT):
   _, status, usage = os.wait4(proc.pid, 0)
   proc.returncode = os.waitstatus_to_exitcode(status)
   wall = time.perf_counter() - start
-  return wall, usage.ru_maxrss / 1024, proc.returncode, b"".join(chunks).decode(errors="replace")
+  return (wall, usage.ru_maxrss / 1024, proc.returncode, b"".join(chunks).decode(errors="replace"),
+          usage.ru_utime + usage.ru_stime)
 
 
 _DATA_DIR = flags.DEFINE_string("data_dir", os.path.join(tempfile.gettempdir(), "calib_jax_bench"),
@@ -195,8 +198,9 @@ def _one_run(args, i: int, data: str, cache_dir: str, root: str, keep: str,
   else:
     cmd = [python, "eval.py", f"--predictions={data}", f"--workdir={work}"] + args.extra.split()
   load = _load()
-  wall, rss, status, out = timed(cmd, env, root)
-  line = f"{prefix}run {i}: {wall:.1f} s, peak RSS {rss:.0f} MB, exit {status}, load before {load}"
+  wall, rss, status, out, cpu = timed(cmd, env, root)
+  line = (f"{prefix}run {i}: {wall:.1f} s, CPU {cpu:.1f} s, peak RSS {rss:.0f} MB, exit {status}, "
+          f"load before {load}")
   if args.count and not args.demo:
     env["CALIB_JAX_BENCH_COUNTS"] = os.path.join(work, "counts.json")
     counted = [python, "-c", _COUNTING] + cmd[2:]

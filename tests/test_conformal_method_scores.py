@@ -60,6 +60,21 @@ def test_host_sort_is_the_lax_sort():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("num_classes", [2, 7, 1000, 1024, 1025])
+def test_host_order_is_numpy_stable_argsort(num_classes):
+  """The packed-key sort of the host path gives numpy's stable argsort of −p: ties by class
+  index, −0.0 equal to 0.0, negative values after the positives (whatever the class bits)."""
+  scores_lib = importlib.import_module("calib_jax.conformal.scores")
+  rng = np.random.default_rng(num_classes)
+  probs = rng.dirichlet(np.full(num_classes, 0.05), size=64).astype(np.float32)
+  probs[:, : num_classes // 3] = probs[:, :1]       # ties
+  probs[::3, 1: num_classes // 2 + 1] = 0.0         # zeros
+  probs[::5, -1] = -0.0
+  probs[7] = rng.standard_normal(num_classes).astype(np.float32)  # negatives too
+  np.testing.assert_array_equal(scores_lib._host_descending_order(probs),
+                                np.argsort(-probs, axis=-1, kind="stable"))
+
+
 def test_rows_scored_with_their_slice_of_the_uniforms():
   """A block of rows scored with its slice of `method_uniforms` gets the whole array's rows."""
   x, _ = _data(120, 7, 5)

@@ -30,10 +30,12 @@ from jax import lax
 
 
 # From this many entries on, the CPU backend sorts in numpy (a host call): XLA:CPU's
-# two-operand stable sort runs ~5x slower than numpy's stable argsort (25,000 x 1,000: ~10 s
-# against ~2 s), far more than the call costs. Smaller arrays stay in XLA, whose programs the
+# two-operand stable sort runs ~15x slower than `_host_descending_order` (25,000 x 1,000: ~10 s
+# against ~0.7 s), far more than the call costs. Smaller arrays stay in XLA, whose programs the
 # compilation cache can keep (one with a host call is compiled in every process).
 _HOST_SORT_MIN_ENTRIES = 1 << 18
+
+_SIGN = np.uint32(0x80000000)
 
 
 def _lax_sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -43,12 +45,33 @@ def _lax_sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
   return -neg_sorted, order
 
 
+def _host_descending_order(probs: np.ndarray) -> np.ndarray:
+  """The class at each position of each row sorted by descending probability, ties by class
+  index: `np.argsort(-probs, axis=-1, kind="stable")` (int32), for finite values (−0.0 and
+  0.0 equal, as there).
+
+  Computed as one sort of unique 64-bit integers: each entry's order-reversing key of its
+  float32 bits above its class index. No two keys are equal, so numpy's (SIMD, unstable)
+  integer sort gives the one permutation a stable sort gives, ~3x faster than the stable
+  argsort of the floats (25,000 x 1,000: ~0.7 s against ~2 s of CPU).
+  """
+  probs = np.asarray(probs, np.float32)
+  num_classes = probs.shape[-1]
+  shift = np.uint64(max(1, (num_classes - 1).bit_length()))
+  bits = (probs + np.float32(0.0)).view(np.uint32)  # −0.0 + 0.0 is 0.0
+  # The float's order as unsigned integers (negatives reversed below the positives), then
+  # reversed: larger probabilities first.
+  descending = ~np.where(bits >= _SIGN, ~bits, bits | _SIGN)
+  keys = descending.astype(np.uint64) << shift
+  keys |= np.arange(num_classes, dtype=np.uint64)
+  keys.sort(axis=-1)
+  return (keys & np.uint64((1 << int(shift)) - 1)).astype(np.int32)
+
+
 def _host_sorted_descending(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
-  # numpy's stable argsort of −p orders ties by class index as the stable lax.sort does (−0.0
-  # and 0.0 compare equal in both; probabilities hold no NaN), so the permutation is the same.
-  order = jax.pure_callback(
-      lambda p: np.argsort(-np.asarray(p), axis=-1, kind="stable").astype(np.int32),
-      jax.ShapeDtypeStruct(probs.shape, jnp.int32), probs, vmap_method="broadcast_all")
+  # The same permutation as the stable lax.sort (`_host_descending_order`).
+  order = jax.pure_callback(_host_descending_order, jax.ShapeDtypeStruct(probs.shape, jnp.int32),
+                            probs, vmap_method="broadcast_all")
   return jnp.take_along_axis(probs, order, axis=-1), order
 
 

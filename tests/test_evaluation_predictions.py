@@ -52,7 +52,7 @@ def dispatched(arrays):
   them)."""
   return predictions._dispatched(
       **{k: arrays.get(k) for k in predictions.REQUIRED + predictions.OPTIONAL},
-      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1,), num_bins=15,
+      calibrators=predictions.DEFAULT_CALIBRATORS, alphas=(0.1, 0.05), num_bins=15,
       bootstrap_samples=0)
 
 
@@ -77,29 +77,6 @@ def test_each_number_is_the_metric_it_names(arrays, results):
   for entry in results["calibrators"].values():  # split conformal: coverage near 1 - alpha
     for name, c in entry["conformal"].items():
       assert abs(c["coverage"] - (1 - c["alpha"])) < 0.03, name
-
-
-# Rows ranked by XLA's CPU sort (n <= 2048 with the cacheable sorts on) and by numpy's.
-@pytest.mark.parametrize("n, cacheable", [(540, False), (540, True), (5000, False)])
-def test_the_test_splits_aece_and_aurc_are_those_metrics_to_the_bit(n, cacheable):
-  """`_rank_test_metrics` ranks once (`metrics.rank_summary`); `metrics.aece` and
-  `metrics.aurc` rank once each: the same bits, on a random forest's kind of probabilities
-  (vote fractions floored at 1e-4: many exact ties, which the groups and the AURC share)."""
-  rng = np.random.default_rng(3)
-  votes = np.stack([rng.multinomial(100, p) for p in rng.dirichlet(np.full(10, 0.3), n)])
-  logits = np.log(np.maximum(votes / 100, 1e-4)).astype(np.float32)
-  labels = np.where(rng.random(n) < 0.8, votes.argmax(1), rng.integers(0, 10, n))
-  metrics.use_cacheable_cpu_sorts(cacheable)  # (conftest switches it back off)
-  jax.clear_caches()  # the sort is chosen when a program is traced
-  try:
-    probs = jax.nn.softmax(logits, -1)
-    confidence, correct = metrics.confidence_and_correct(probs, labels)
-    got = predictions._rank_test_metrics(confidence, correct, 15)
-    want = {"aece": metrics.aece(probs, labels, 15), "aurc": metrics.aurc(confidence, correct)}
-  finally:
-    jax.clear_caches()
-  for key in want:
-    assert np.asarray(got[key]).tobytes() == np.asarray(want[key]).tobytes(), key
 
 
 def test_the_intervals_values_taken_from_the_test_numbers_are_the_metrics_on_the_data(
@@ -401,3 +378,28 @@ def test_eval_command_reports_a_file_of_member_stacked_predictions(stacked, tmp_
   written = json.loads((tmp_path / "out" / predictions.PREDICTIONS_DIR / "metrics.json")
                        .read_text())
   assert written["ensemble"]["num_members"] == 3
+
+
+# Rows ranked by XLA's CPU sort (n <= 2048 with the cacheable sorts on) and by numpy's. Last in
+# the module: it clears JAX's caches (the sort is chosen when a program is traced), which made
+# every test after it trace again the programs `results` and `dispatched` had traced.
+@pytest.mark.parametrize("n, cacheable", [(540, False), (540, True), (5000, False)])
+def test_the_test_splits_aece_and_aurc_are_those_metrics_to_the_bit(n, cacheable):
+  """`_rank_test_metrics` ranks once (`metrics.rank_summary`); `metrics.aece` and
+  `metrics.aurc` rank once each: the same bits, on a random forest's kind of probabilities
+  (vote fractions floored at 1e-4: many exact ties, which the groups and the AURC share)."""
+  rng = np.random.default_rng(3)
+  votes = np.stack([rng.multinomial(100, p) for p in rng.dirichlet(np.full(10, 0.3), n)])
+  logits = np.log(np.maximum(votes / 100, 1e-4)).astype(np.float32)
+  labels = np.where(rng.random(n) < 0.8, votes.argmax(1), rng.integers(0, 10, n))
+  metrics.use_cacheable_cpu_sorts(cacheable)  # (conftest switches it back off)
+  jax.clear_caches()  # the sort is chosen when a program is traced
+  try:
+    probs = jax.nn.softmax(logits, -1)
+    confidence, correct = metrics.confidence_and_correct(probs, labels)
+    got = predictions._rank_test_metrics(confidence, correct, 15)
+    want = {"aece": metrics.aece(probs, labels, 15), "aurc": metrics.aurc(confidence, correct)}
+  finally:
+    jax.clear_caches()
+  for key in want:
+    assert np.asarray(got[key]).tobytes() == np.asarray(want[key]).tobytes(), key

@@ -150,10 +150,12 @@ def test_top_label_rows_stand_for_the_probabilities():
 def test_a_given_value_is_returned_as_given_with_the_same_interval():
   """`value=` (a report's own number) replaces only the metric on the data: the resamples,
   hence lower, upper and std, are those without it."""
-  probs, labels = _data(500, 12)
+  # The shapes of test_smooth_ece_batched_searches_equal_one_resample_at_a_time's unmasked
+  # `from_conf`: one program for both.
+  probs, labels = _data(3000, 12)
   conf, right = metrics.confidence_and_correct(probs, labels)
-  plain = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=50)
-  given = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=50,
+  plain = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=120)
+  given = metrics.bootstrap(metrics.top_label_smooth_ece, conf, right, num_samples=120,
                             value=np.float32(0.125))
   assert float(given["value"]) == 0.125 != float(plain["value"])
   for name in ("lower", "upper", "std"):
@@ -184,11 +186,14 @@ def test_smooth_ece_batched_searches_equal_one_resample_at_a_time(calibrated, ma
   """smooth ECE's bandwidth searches run batched over chunks of resamples
   (`smooth.search_bandwidth_batched`); the intervals equal those of one resample at a time
   (`batch_size=1`), on the coarse grid and where the search goes to the fine one (calibrated
-  data, σ < 1/64), from probabilities or from precomputed confidences."""
+  data, σ < 1/64), from probabilities or from precomputed confidences. Both data sets have
+  the same shapes: the four cases compile two sets of programs (with and without the mask)."""
   rng = np.random.default_rng(11)
-  n = 20000 if calibrated else 3000   # smooth ECE ~ n^(-1/2) on calibrated data
+  n = 3000
   if calibrated:
-    conf = rng.uniform(0.5, 1.0, n).astype(np.float32)
+    # Smooth ECE ~ sqrt(conf (1 - conf) / n) on calibrated data: confidences near 1 take it
+    # below 1/64 at this n (0.008; 0.017 for confidences in [0.5, 1]).
+    conf = rng.uniform(0.9, 1.0, n).astype(np.float32)
     correct = rng.uniform(size=n) < conf
   else:
     conf = rng.uniform(0.6, 1.0, n).astype(np.float32)
@@ -202,7 +207,7 @@ def test_smooth_ece_batched_searches_equal_one_resample_at_a_time(calibrated, ma
   slow = metrics.bootstrap(metrics.smooth_ece, probs, labels, num_samples=120, key=key,
                            mask=mask, batch_size=1)
   fast = metrics.bootstrap(metrics.smooth_ece, probs, labels, num_samples=120, key=key,
-                           mask=mask)  # 3 chunks of 40
+                           mask=mask)  # 2 chunks of 60
   from_conf = metrics.bootstrap(metrics.top_label_smooth_ece, conf, correct, num_samples=120,
                                 key=key, mask=mask)
   for stat in ("value", "lower", "upper", "std"):

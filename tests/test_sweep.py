@@ -231,6 +231,11 @@ def test_a_resumed_sweep_ends_where_an_uninterrupted_one_does(trained_sweep, tmp
 def test_eval_reports_one_member_like_its_single_run_would(trained_sweep):
   config, _, tmp_path = trained_sweep
   workdir = str(tmp_path / "sweep")
+  # The report without the post-hoc toolkit and the CAM grid, which read the member's
+  # variables as the report does (test_evaluation_toolkit.py and test_evaluation_maps.py check
+  # them): the member's numbers here are the report's.
+  config = config.copy_and_resolve_references()
+  config.eval.toolkit, config.eval.cam_images = False, 0
   results = evaluation.evaluate_run(config, workdir, split="val", member=2)
   assert results["member"] == 2 and results["overrides"] == {"loss_kwargs.margin": 10.0,
                                                             "seed": 0}
@@ -278,10 +283,11 @@ def test_eval_reports_the_members_as_one_ensemble(trained_sweep):
                                      "metrics.json"))
   assert evaluation.format_ensemble(results).startswith(
       "ensemble of 3 sweep members [0, 2, 3] — split test")
-  # The greedy best 2 by validation NLL: its first pick is the member with the lowest val NLL.
-  greedy = evaluation.evaluate_ensemble(config, workdir, greedy=2)
+  # The greedy best 3 by validation NLL: its first pick is the member with the lowest val NLL.
+  # (3 members, as above: the report's programs are those of [0, 2, 3], compiled once.)
+  greedy = evaluation.evaluate_ensemble(config, workdir, greedy=3)
   best = min(range(4), key=lambda i: written[i]["val"]["nll"])
-  assert greedy["greedy"]["chosen"][0] == best and len(set(greedy["greedy"]["chosen"])) == 2
+  assert greedy["greedy"]["chosen"][0] == best and len(set(greedy["greedy"]["chosen"])) == 3
   with pytest.raises(ValueError, match=r"^member 4 is out of range: the sweep has 4 members "
                      r"\(0\.\.3\)$"):
     evaluation.evaluate_ensemble(config, workdir, members=[1, 4])

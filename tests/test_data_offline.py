@@ -366,13 +366,11 @@ def test_imagenet_boxes_builder_and_eval_objectness(tmp_path):
   assert batch["objectness"][second] == 0.0  # no XML: no boxes
 
 
-# Imports the data package (TensorFlow: most of a start; imported as the programs import it,
-# without Keras) once, then forks two processes that both find the dataset unprepared and read
-# it at the same time; prints each one's exit status and the examples it read, or its traceback.
+# Imports the data package (TensorFlow: most of a start) once, then forks two processes that
+# both find the dataset unprepared and read it at the same time; prints each one's exit status
+# and the examples it read, or its traceback.
 _PREPARE_AND_READ = """
 import json, os, sys, traceback
-from calib_jax.cli import console
-console.quiet_native_logs([])
 from calib_jax import data
 
 def read():

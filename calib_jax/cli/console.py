@@ -10,8 +10,9 @@ Entry points call `quiet_native_logs(sys.argv)` first, before anything imports T
 sets `TF_CPP_MIN_LOG_LEVEL=2` (TensorFlow's and XLA's C++ INFO/WARNING lines), which only works
 before TensorFlow is imported, and imports TensorFlow with stderr (file descriptor 2) sent to a
 buffer that `setup` copies into the log: TensorFlow 2.19+ prints its import-time lines (oneDNN,
-CPU features) through absl's C++ log before it reads TF_CPP_MIN_LOG_LEVEL. One of the flags
-above on the command line skips both. Importing this module does neither.
+CPU features) through absl's C++ log before it reads TF_CPP_MIN_LOG_LEVEL; that import leaves
+out the Keras that TensorFlow imports eagerly (the programs use tf.data only). One of the flags
+above on the command line skips all of this. Importing this module does none of it.
 """
 import logging
 import os
@@ -30,6 +31,13 @@ def asks_for_logs(argv: list[str]) -> bool:
   """Whether a command line (program name first) has a flag that asks for logs on stderr."""
   return any(arg.split("=", 1)[0] in _LOG_FLAGS for arg in argv[1:])
 
+
+# TensorFlow's import also imports Keras (`keras.src.optimizers`, eagerly, to register Keras'
+# optimizers for SavedModels), and Keras imports matplotlib.pyplot, scikit-learn and SciPy's
+# statistics: ~2.7 of the ~8.4 CPU-s of importing TensorFlow, for nothing the programs use
+# (tf.data only). Marked missing in `sys.modules` during the import, that module fails to import
+# and TensorFlow goes on without it; the mark is removed after, so a later `import keras` works.
+_KERAS_EAGER_IMPORT = "keras.src.optimizers"
 
 _import_log = ""  # What TensorFlow's import printed on stderr; `setup` writes it to the log.
 _log_stream = None  # The log file `setup` opened last.
@@ -50,7 +58,7 @@ def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
     saved = os.dup(2)
     os.dup2(buffer.fileno(), 2)
     try:
-      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+      _import_tensorflow_without_keras()
       failed = False
     except BaseException:
       failed = True
@@ -62,6 +70,18 @@ def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
       _import_log = buffer.read().decode("utf-8", errors="replace")
       if failed:  # A broken install: its messages belong on the console.
         sys.stderr.write(_import_log)
+
+
+def _import_tensorflow_without_keras() -> None:
+  """Imports TensorFlow, leaving out the Keras import it makes eagerly (`_KERAS_EAGER_IMPORT`)."""
+  marked = _KERAS_EAGER_IMPORT not in sys.modules
+  if marked:
+    sys.modules[_KERAS_EAGER_IMPORT] = None  # "not importable": TensorFlow skips it
+  try:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  finally:
+    if marked and sys.modules.get(_KERAS_EAGER_IMPORT, False) is None:
+      del sys.modules[_KERAS_EAGER_IMPORT]
 
 
 def setup(workdir: str, verbosity: int | None = None, datasets: bool = True) -> str:

@@ -111,7 +111,8 @@ def decode_images(examples: tf.data.Dataset, spec: DatasetSpec) -> tf.data.Datas
   def decode(index, ex):
     return index, {**ex, key: processors.decode_image(ex[key], channels)}
 
-  return examples.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return examples.map(processors.graph_fn(decode), num_parallel_calls=tf.data.AUTOTUNE,
+                      deterministic=True)
 
 
 def decoded_bytes(stored_shape: tuple[int, ...] | None) -> int | None:

@@ -106,7 +106,8 @@ def read_split(spec: registry.DatasetSpec, split: str, data_dir: str | None, opt
 def batch_dataset(ds: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
   # padded_batch: the per-example box lists differ in length; zero rows are padding boxes.
   ds = ds.padded_batch(batch_size, drop_remainder=drop_remainder)
-  return ds.map(processors.finish_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return ds.map(processors.graph_fn(processors.finish_batch), num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True)
 
 
 def _epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
@@ -145,9 +146,9 @@ def shuffled_epochs(records: tf.data.Dataset, *, seed: int, buffer: int, per_epo
 
   def epoch(e):
     shuffled = records.shuffle(buffer, seed=_epoch_seed(seed, e), reshuffle_each_iteration=False)
-    return shuffled.take(per_epoch).map(lambda *record: (e, *record))
+    return shuffled.take(per_epoch).map(processors.graph_fn(lambda *record: (e, *record)))
 
-  return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
+  return tf.data.Dataset.range(first_epoch, 2**62).flat_map(processors.graph_fn(epoch))
 
 
 def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch, batch_size,
@@ -164,7 +165,7 @@ def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch,
   random_processing = caching.processing_is_random(processor)
   processed = None
   if not random_processing:  # Processed once (a processing without randomness ignores seeds).
-    processed = examples.map(lambda index, ex: (index, process(0, index, ex)),
+    processed = examples.map(processors.graph_fn(lambda index, ex: (index, process(0, index, ex))),
                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   cache = caching.choose(
       opts.cache, name=spec.meta.name, has_images=spec.source.image_key is not None,
@@ -181,7 +182,7 @@ def _train_stream(examples, processor, spec, *, num_examples, batches_per_epoch,
 
   ds = shuffled_epochs(examples, seed=seed, buffer=buffer, per_epoch=per_epoch,
                        first_epoch=first_epoch).skip(offset * batch_size)
-  ds = ds.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.map(processors.graph_fn(process), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = batch_dataset(ds, batch_size, drop_remainder=True)
   return ds.prefetch(opts.prefetch).with_options(tf_options())
 
@@ -191,7 +192,8 @@ def _eval_stream(examples, processor, *, batch_size, opts) -> tf.data.Dataset:
     return _with_index(processor(ex, tf.stack([tf.constant(0, tf.int64), index]), index), index,
                        opts)
 
-  ds = examples.map(process, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = examples.map(processors.graph_fn(process), num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=True)
   ds = batch_dataset(ds, batch_size, drop_remainder=False)
   return ds.prefetch(opts.prefetch).with_options(tf_options())
 

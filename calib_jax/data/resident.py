@@ -57,9 +57,9 @@ def _processed(name: str, split: str, data_dir: str | None, options: dict[str, A
     raise ValueError(f"{name}: a training split can be read once only when its processing has "
                      f"no randomness; this one has {', '.join(processor.random_options)}.")
   # The seed is ignored by a processing without randomness (as the 'processed' cache relies on).
-  ds = examples.enumerate().map(
+  ds = examples.enumerate().map(processors.graph_fn(
       lambda index, ex: {**processor(ex, tf.stack([tf.constant(0, tf.int64), index]), index),
-                         "_index": index},
+                         "_index": index}),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds, count, stored_shape
 

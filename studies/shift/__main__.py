@@ -38,16 +38,6 @@ def train(rows: list[str], workdir: str) -> None:
           f"load {os.getloadavg()[0]:.1f})", flush=True)
 
 
-def _check_corruptions_can_run() -> None:
-  """Fails at once, before hours of training, if the eval phase could not run every corruption
-  (frost needs the reference package's textures)."""
-  from calib_jax import shift  # pylint: disable=import-outside-toplevel
-  from studies.shift import run  # pylint: disable=import-outside-toplevel
-  problems = shift.requirement_problems(shift.parse_spec(run.SHIFTS["corruptions"]).corruptions)
-  if problems:
-    raise app.UsageError(f"the eval phase cannot run: {'; '.join(problems)}")
-
-
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -56,7 +46,11 @@ def main(argv: list[str]) -> None:
   if unknown:
     raise app.UsageError(f"unknown rows {unknown}; valid: {', '.join(study_config.ROWS)}")
   if _PHASE.value in ("train", "eval", "all"):
-    _check_corruptions_can_run()
+    # Before hours of training, not when the eval phase reaches frost.
+    from studies.shift import run  # pylint: disable=import-outside-toplevel
+    problems = run.corruption_problems()
+    if problems:
+      raise app.UsageError(f"the eval phase cannot run: {'; '.join(problems)}")
   if _PHASE.value in ("train", "all"):
     train(_ROWS.value, _WORKDIR.value)
   if _PHASE.value in ("eval", "all"):

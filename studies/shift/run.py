@@ -27,6 +27,13 @@ SHIFTS = {"rotate": "rotate", "corruptions": "all"}
 TABLE = "cifar10"
 
 
+def corruption_problems() -> list[str]:
+  """One line per corruption of the eval phase this installation cannot run (frost needs the
+  reference package's textures); `__main__` checks it before the train phase."""
+  from calib_jax import shift  # pylint: disable=import-outside-toplevel
+  return shift.requirement_problems(shift.parse_spec(SHIFTS["corruptions"]).corruptions)
+
+
 def result_path(out_dir: str, row: str, kind: str, member: int | None) -> str:
   """Where one model's `results["shift"]` goes (member None: the row's ensemble)."""
   name = "ensemble.json" if member is None else f"member{member}.json"

@@ -83,11 +83,10 @@ def test_readme_without_markers_is_one_line_error(tmp_path):
   assert readme.read_text() == "no markers\n"  # nothing the user wrote is lost
 
 
-def test_the_study_refuses_to_start_when_the_eval_phase_could_not_run_frost(monkeypatch):
-  from absl import app  # pylint: disable=import-outside-toplevel
+def test_the_study_finds_before_training_that_frost_cannot_run(monkeypatch):
   from calib_jax.shift import weather  # pylint: disable=import-outside-toplevel
-  from studies.shift import __main__ as study_main  # pylint: disable=import-outside-toplevel
+  assert run.corruption_problems() == [] or "frost" in run.corruption_problems()[0]
   monkeypatch.setattr(weather.importlib.util, "find_spec", lambda name: None)
-  with pytest.raises(app.UsageError, match="the eval phase cannot run: frost needs the frost "
-                                           "textures of the reference package"):
-    study_main._check_corruptions_can_run()  # main() calls it before the train phase
+  # `__main__` raises these as its usage error before the train phase.
+  assert run.corruption_problems() == ["frost needs the frost textures of the reference package: "
+                                       "pip install imagecorruptions-imaug"]

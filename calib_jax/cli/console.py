@@ -79,9 +79,22 @@ def _import_tensorflow_without_keras() -> None:
     sys.modules[_KERAS_EAGER_IMPORT] = None  # "not importable": TensorFlow skips it
   try:
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    if not marked:
+      raise
+    # A TensorFlow that no longer tolerates the missing module (today's wraps its import in
+    # `try/except ImportError`, as for an install without Keras): imported whole instead.
+    _unmark()
+    marked = False
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import,redefined-outer-name
   finally:
-    if marked and sys.modules.get(_KERAS_EAGER_IMPORT, False) is None:
-      del sys.modules[_KERAS_EAGER_IMPORT]
+    if marked:
+      _unmark()
+
+
+def _unmark() -> None:
+  if sys.modules.get(_KERAS_EAGER_IMPORT, False) is None:
+    del sys.modules[_KERAS_EAGER_IMPORT]
 
 
 def setup(workdir: str, verbosity: int | None = None, datasets: bool = True) -> str:

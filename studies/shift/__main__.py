@@ -18,6 +18,7 @@ import time
 from absl import app, flags, logging
 
 from studies.shift import config as study_config
+from studies.shift import run
 
 _WORKDIR = flags.DEFINE_string("workdir", os.path.join("workdirs", "shift"), "runs go here")
 _OUT_DIR = flags.DEFINE_string("out_dir", os.path.join("docs", "results"), "the report's folder")
@@ -47,14 +48,12 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unknown rows {unknown}; valid: {', '.join(study_config.ROWS)}")
   if _PHASE.value in ("train", "eval", "all"):
     # Before hours of training, not when the eval phase reaches frost.
-    from studies.shift import run  # pylint: disable=import-outside-toplevel
     problems = run.corruption_problems()
     if problems:
       raise app.UsageError(f"the eval phase cannot run: {'; '.join(problems)}")
   if _PHASE.value in ("train", "all"):
     train(_ROWS.value, _WORKDIR.value)
   if _PHASE.value in ("eval", "all"):
-    from studies.shift import run  # pylint: disable=import-outside-toplevel
     run.evaluate_rows(_ROWS.value, _WORKDIR.value, _OUT_DIR.value)
   if _PHASE.value in ("report", "all"):
     from studies.shift import report  # pylint: disable=import-outside-toplevel

@@ -81,7 +81,13 @@ os.environ["CALIB_JAX_COMPILATION_CACHE"] = os.environ[SESSION_CACHE]
 
 import jax  # noqa: E402
 
-jax.config.update("jax_default_matmul_precision", "highest")
+# Float32 products at full precision, so a test's tolerance means the same on a GPU (whose default
+# rounds the operands to TF32) or a TPU (bfloat16) as on the CPU. The product's exact integer
+# arithmetic in float32 products asks for that precision itself; `CALIB_JAX_TESTS_MATMUL_PRECISION=
+# default` runs the tests at the platform's default, as a user's program runs (a GPU check).
+MATMUL_PRECISION = os.environ.get("CALIB_JAX_TESTS_MATMUL_PRECISION", "highest")
+if MATMUL_PRECISION != "default":
+  jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION)
 # As calib_jax.cli.compilation_cache.enable() sets it for the programs: every program is
 # cached, however fast it compiled. Not with the TPU compiler installed (the dry-run tests, in
 # .venv-tpu): a program compiled for a TPU topology on a machine without one cannot be loaded

@@ -262,3 +262,15 @@ def test_running_sums_and_the_tie_spread_are_exact():
                                            (above, taken, group_errors, size)))
   want = _ranking.spread_tie_errors(above, taken, group_errors, size, np)
   np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_running_sums_ask_for_full_precision_whatever_the_default():
+  """Its float32 products hold integers, exact only at full precision: the program asks for it
+  even where a user's default would round the operands (TF32 on a GPU, bfloat16 on a TPU; the
+  CPU computes float32 fully either way, so the request is what can be checked here)."""
+  from calib_jax.metrics import ranked_counts  # pylint: disable=import-outside-toplevel
+  x = jax.numpy.ones(1025, jax.numpy.int32)
+  with jax.default_matmul_precision("bfloat16"):
+    text = jax.jit(ranked_counts.running_sums).lower(x).as_text()
+  dots = [line for line in text.splitlines() if "dot_general" in line]
+  assert dots and all("HIGHEST" in line for line in dots), dots

@@ -12,6 +12,9 @@ from calib_jax.losses._common import LossInputs, masked_mean
 from calib_jax.losses.basic import cross_entropy
 
 MMCE_KERNEL_WIDTH = 0.4
+# MMCE² is a difference of quadratic forms of similar size: at a GPU's or TPU's default matmul
+# precision (TF32 or bfloat16 operands) their rounding is of the order of the difference itself.
+_FULL_F32 = jax.lax.Precision.HIGHEST
 
 
 def _flatten(x: LossInputs):
@@ -61,7 +64,10 @@ def mmce_weighted(confidence: jax.Array, correct: jax.Array, weights: jax.Array)
   kernel = jnp.exp(-jnp.abs(confidence[:, None] - confidence[None, :]) / MMCE_KERNEL_WIDTH)
   u = (1.0 - confidence) * c / jnp.maximum(m_c, 1.0)  # zero vector when there is no correct sample
   v = confidence * w / jnp.maximum(m_w, 1.0)
-  squared = u @ kernel @ u + v @ kernel @ v - 2.0 * (u @ kernel @ v)
+  u_kernel = jnp.matmul(u, kernel, precision=_FULL_F32)
+  v_kernel = jnp.matmul(v, kernel, precision=_FULL_F32)
+  squared = (jnp.dot(u_kernel, u, precision=_FULL_F32) + jnp.dot(v_kernel, v, precision=_FULL_F32)
+             - 2.0 * jnp.dot(u_kernel, v, precision=_FULL_F32))
   return _safe_sqrt(squared)
 
 

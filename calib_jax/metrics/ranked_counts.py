@@ -48,6 +48,9 @@ def running_sums(x: jax.Array) -> jax.Array:
   here blocks of 32 are summed by one float32 product with a triangular matrix of ones
   (integers below 2²⁴ add exactly in any order), and the blocks' totals the same way, in
   turn: ~3x faster at n = 25,000. Rows longer than 2²⁴ use cumsum (their sums could exceed it).
+  The product is asked for at full float32 precision: at the platform's default, a GPU rounds
+  its operands to TF32 (11 significant bits) and a TPU to bfloat16 (8), which would round the
+  block totals (counts above 2,048 or 256) and give wrong ranks there.
   """
   if x.shape[-1] >= _SCAN_EXACT:
     return jnp.cumsum(x, axis=-1)
@@ -56,8 +59,9 @@ def running_sums(x: jax.Array) -> jax.Array:
     *lead, n = x.shape
     blocks = -(-n // _SCAN_BLOCK)
     padded = jnp.pad(x, [(0, 0)] * len(lead) + [(0, blocks * _SCAN_BLOCK - n)])
-    within = padded.reshape(*lead, blocks, _SCAN_BLOCK) @ jnp.triu(
-        jnp.ones((_SCAN_BLOCK, _SCAN_BLOCK), jnp.float32))
+    within = jnp.matmul(padded.reshape(*lead, blocks, _SCAN_BLOCK),
+                        jnp.triu(jnp.ones((_SCAN_BLOCK, _SCAN_BLOCK), jnp.float32)),
+                        precision=lax.Precision.HIGHEST)
     if blocks > 1:
       within = within + (sums(within[..., -1]) - within[..., -1])[..., None]
     return within.reshape(*lead, blocks * _SCAN_BLOCK)[..., :n]

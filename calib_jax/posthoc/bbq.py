@@ -178,7 +178,9 @@ def bbq_confidence(confidence: jax.Array, edges: jax.Array, bin_values: jax.Arra
     index = jnp.searchsorted(model_edges, confidence, side="left") - 1
     return values[jnp.clip(index, 0, bins - 1)]
   per_model = jax.vmap(one_model)(edges, bin_values, num_bins)  # [T, N]
-  return jnp.clip(jnp.tensordot(model_weights, per_model, axes=1), 0.0, 1.0)
+  # Full float32 precision: a GPU's or TPU's default would round the operands (TF32, bfloat16).
+  return jnp.clip(jnp.tensordot(model_weights, per_model, axes=1,
+                                precision=jax.lax.Precision.HIGHEST), 0.0, 1.0)
 
 
 def apply_bbq(logits: ArrayLike, edges: ArrayLike, bin_values: ArrayLike,

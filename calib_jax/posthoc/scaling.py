@@ -37,8 +37,11 @@ def apply_vector_scaling(logits: ArrayLike, weights: ArrayLike, bias: ArrayLike)
 
 
 def apply_matrix_scaling(logits: ArrayLike, weights: ArrayLike, bias: ArrayLike) -> jax.Array:
-  """Matrix-scaled logits `W z + b` for logits `[..., C]`, `W [C, C]`, `b [C]`."""
-  return jnp.asarray(logits, jnp.float32) @ jnp.asarray(weights).T + bias
+  """Matrix-scaled logits `W z + b` for logits `[..., C]`, `W [C, C]`, `b [C]` (at full float32
+  precision on every platform: a GPU's default rounds the operands to TF32, a TPU's to bfloat16,
+  and the calibrated probabilities would then depend on where they were computed)."""
+  return jnp.matmul(jnp.asarray(logits, jnp.float32), jnp.asarray(weights).T,
+                    precision=jax.lax.Precision.HIGHEST) + bias
 
 
 def apply_dirichlet(logits: ArrayLike, weights: ArrayLike, bias: ArrayLike) -> jax.Array:

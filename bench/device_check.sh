@@ -11,7 +11,10 @@
 # * cache:   the same `eval.py --predictions` reports with a warm compilation cache (the first
 #            run fills it), programs counted, and saturate at 32 px (missed by an earlier deadline);
 # * steps:   the recipes' steps against the dry run's roofline, and the JAX step against its
-#            PyTorch twin (an earlier round's check; about 5 min).
+#            PyTorch twin (an earlier round's check; about 5 min);
+# * tests:   the test modules that need no TensorFlow, on the GPU at the platform's default
+#            matmul precision (TF32 operands, what a user's program gets), then the failures
+#            again at full precision (what separates precision from the platform); ~7 min.
 # Run from the repository root on the GPU machine; results under $OUT (default: /tmp/out).
 # Needs ml_collections there (and imagecorruptions-imaug for frost, torch-uncertainty for the
 # report): wheels in .whl/ are installed to /tmp/site when present. The default parts stop at
@@ -62,5 +65,31 @@ if [[ $PARTS == *,steps,* ]]; then
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 timeout 120 python3 bench/train_step.py --models=resnet20,resnet50 \
     --steps=20 --repeats=3 --warmup=3 --jax-dtype=bfloat16 --torch-dtype=bfloat16 --torch-channels-last \
     --json="$OUT/train_step_bf16.json" 2>&1 | quiet | tee "$OUT/train_step_bf16.log"
+fi
+if [[ $PARTS == *,tests,* ]]; then
+  GPU_TESTS="test_metrics_accumulators test_metrics_calibration test_metrics_detection test_metrics_l2
+    test_metrics_segmentation test_metrics_selective test_metrics_smooth test_metrics_streaming
+    test_metrics_bootstrap test_conformal test_conformal_method_scores test_conformal_mondrian
+    test_posthoc test_posthoc_bbq_beta test_posthoc_calibrators test_losses test_losses_gradients
+    test_losses_training test_shift test_shift_random test_shift_weather test_ensemble
+    test_evaluation_predictions test_evaluation_predictions_intervals test_models_atrous
+    test_models_bfloat16 test_training_step test_plotting_shift"
+  files=$(for t in $GPU_TESTS; do echo tests/$t.py; done)
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  # Why the full precision matters: running_sums' block sums as a plain float32 product.
+  timeout 60 python3 -c "
+import jax, jax.numpy as jnp, numpy as np
+x = np.random.default_rng(9).integers(0, 400, (1250, 32)).astype(np.float32)
+tri = jnp.triu(jnp.ones((32, 32), jnp.float32))
+for p in ('default', 'highest'):
+  with jax.default_matmul_precision(p):
+    got = np.asarray(jax.jit(lambda a: a @ tri)(x))
+  print(p, 'max |block sums - exact|:', np.abs(got - np.cumsum(x, axis=1)).max())
+" 2>&1 | quiet | tee "$OUT/precision_demo.log"
+  CALIB_JAX_TESTS_MATMUL_PRECISION=default timeout 330 python3 -m pytest -n 14 -q -p no:randomly \
+    --timeout=150 --tb=line -rfE --durations=10 --junitxml="$OUT/gpu_tests_default.xml" $files \
+    2>&1 | quiet | tee "$OUT/gpu_tests_default.log"
+  timeout 120 python3 -m pytest -n 14 -q --lf --lfnf=none --timeout=100 --tb=short -rfE \
+    $files 2>&1 | quiet | tee "$OUT/gpu_tests_highest.log"
 fi
 echo "device check done"

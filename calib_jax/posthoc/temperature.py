@@ -36,8 +36,8 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
   (p = softmax(s z_i)), both from one pass over the logits. Each step keeps a bracket
   `[a, b]` of the minimum (left of it `f' < 0`); a Newton step that leaves the bracket bisects
   it instead, unless it points past an unevaluated bound, which is then tried (an optimum at a
-  bound is found exactly). Stops when a step moves `s` by <= 1e-6 relative, or the bracket is
-  that narrow, or after `iterations` steps.
+  bound is found exactly). Stops when the Newton step is <= 1e-6 relative (~16 float32 ulps of s:
+  at the rounding of the slope), or the bracket is that narrow, or after `iterations` steps.
   """
   n = labels.shape[0]
   weights = jnp.ones(n, jnp.float32) if mask is None else mask.astype(jnp.float32)
@@ -69,8 +69,9 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
     new = jnp.where(inside, newton, 0.5 * (a + b))
     new = jnp.where(~inside & b_open & (newton >= b), b, new)
     new = jnp.where(~inside & a_open & (newton <= a), a, new)
-    new = jnp.where(slope == 0, s, new)
-    done = (jnp.abs(new - s) <= 1e-6 * s) | (b - a <= 1e-6 * s)
+    # A Newton step of ~16 float32 ulps of s is at the rounding of the slope: s is the minimum.
+    done = (jnp.abs(newton - s) <= 1e-6 * s) | (b - a <= 1e-6 * s)
+    new = jnp.where(done | (slope == 0), s, new)
     return i + 1, new, a, b, a_open, b_open, done
 
   def keep_going(carry):
@@ -87,7 +88,7 @@ def fit_temperature(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLi
   """Temperature `T > 0` minimising the NLL of `softmax(logits / T)` on held-out data.
 
   A safeguarded Newton search on `1/T` (NLL is convex in `1/T`), kept inside `bounds`; it
-  usually stops after 5–10 steps, when a step moves `1/T` by at most 1e-6 relative.
+  usually stops after 5–10 steps, when a Newton step would move `1/T` by at most 1e-6 relative.
 
   Args:
     logits: `[..., C]` held-out logits; labels `[...]`; optional bool mask `[...]`.

@@ -36,8 +36,12 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
   (p = softmax(s z_i)), both from one pass over the logits. Each step keeps a bracket
   `[a, b]` of the minimum (left of it `f' < 0`); a Newton step that leaves the bracket bisects
   it instead, unless it points past an unevaluated bound, which is then tried (an optimum at a
-  bound is found exactly). Stops when the Newton step is <= 1e-6 relative (~16 float32 ulps of s:
-  at the rounding of the slope), or the bracket is that narrow, or after `iterations` steps.
+  bound is found exactly). Where `f'' = 0` in float32 (every softmax one-hot, or the variances
+  below float32's range) `f` is linear: the step goes to the side `-f'` points to. A flat `f`
+  (`f' = 0`: equal logits in every row) keeps the start, `s = 1` clipped to the bounds. Stops when
+  the Newton step is <= 1e-6 relative (~16 float32 ulps of s: at the rounding of the slope), or the
+  bracket is that narrow, or after `iterations` steps. NaN or infinite logits (a NaN or infinite
+  slope) stop at `s_hi`, the lowest T: the golden-section search this replaced returned it too.
   """
   n = labels.shape[0]
   weights = jnp.ones(n, jnp.float32) if mask is None else mask.astype(jnp.float32)
@@ -49,9 +53,12 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
 
   def slope_and_curvature(s):
     e = jnp.exp(s * shifted)
+    # Logits whose exp underflows count 0: e z and e z² would be NaN (0 * inf) beside a -inf
+    # logit or a square that overflows (|z| > 1.8e19); where e > 0, |z| <= 104 / s is small.
+    z = jnp.where(e > 0, shifted, 0.0)
     total = jnp.sum(e, axis=-1)
-    mean = jnp.sum(e * shifted, axis=-1) / total
-    second = jnp.sum(e * jnp.square(shifted), axis=-1) / total
+    mean = jnp.sum(e * z, axis=-1) / total
+    second = jnp.sum(e * jnp.square(z), axis=-1) / total
     slope = jnp.sum(jnp.where(valid, mean - shifted_label, 0.0))
     curvature = jnp.sum(jnp.where(valid, jnp.maximum(second - jnp.square(mean), 0.0), 0.0))
     return slope, curvature
@@ -64,15 +71,20 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
     b = jnp.where(right, b, s)
     a_open = a_open & ~right
     b_open = b_open & right
-    newton = s - slope / jnp.where(curvature > 0, curvature, jnp.inf)
+    # No curvature: f is linear here, so the step is unbounded towards the side -f' points to
+    # (a bound still open, else a bisection); a zero slope is the minimum (a flat f).
+    linear = jnp.where(slope < 0, jnp.inf, -jnp.inf)
+    newton = jnp.where(curvature > 0, s - slope / jnp.where(curvature > 0, curvature, 1.0), linear)
+    newton = jnp.where(slope == 0, s, newton)
     inside = (newton > a) & (newton < b)
     new = jnp.where(inside, newton, 0.5 * (a + b))
     new = jnp.where(~inside & b_open & (newton >= b), b, new)
     new = jnp.where(~inside & a_open & (newton <= a), a, new)
     # A Newton step of ~16 float32 ulps of s is at the rounding of the slope: s is the minimum.
     done = (jnp.abs(newton - s) <= 1e-6 * s) | (b - a <= 1e-6 * s)
-    new = jnp.where(done | (slope == 0), s, new)
-    return i + 1, new, a, b, a_open, b_open, done
+    new = jnp.where(done, s, new)
+    broken = ~(jnp.isfinite(slope) & jnp.isfinite(curvature))  # NaN or infinite logits
+    return i + 1, jnp.where(broken, s_hi, new), a, b, a_open, b_open, done | broken
 
   def keep_going(carry):
     i, *_, done = carry
@@ -89,6 +101,8 @@ def fit_temperature(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLi
 
   A safeguarded Newton search on `1/T` (NLL is convex in `1/T`), kept inside `bounds`; it
   usually stops after 5–10 steps, when a Newton step would move `1/T` by at most 1e-6 relative.
+  Equal logits in every row (a flat NLL) give T = 1 clipped to `bounds`; NaN or infinite logits
+  (a NaN or infinite NLL) give `T_min`.
 
   Args:
     logits: `[..., C]` held-out logits; labels `[...]`; optional bool mask `[...]`.

@@ -46,19 +46,20 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
   n = labels.shape[0]
   weights = jnp.ones(n, jnp.float32) if mask is None else mask.astype(jnp.float32)
   safe_labels = jnp.clip(labels, 0, logits.shape[1] - 1)  # masked entries may hold 255
-  # Logits minus their row max (s > 0 keeps it the max of s z): exp never overflows.
-  shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
-  shifted_label = jnp.take_along_axis(shifted, safe_labels[:, None], 1)[:, 0]
+  # Logits minus their row max (s > 0 keeps it the max of s z): exp never overflows. The
+  # label's is exact (a -inf there is an infinite NLL); the others are floored at -110 / s_lo,
+  # where exp(s z) is 0 in float32 for every s >= s_lo as it was, so that e z and e z² are 0,
+  # not NaN (0 * inf), beside a -inf logit or a square that overflows (|z| > 1.8e19).
+  row_max = jnp.max(logits, axis=-1, keepdims=True)
+  shifted = jnp.maximum(logits - row_max, -110.0 / s_lo)
+  shifted_label = jnp.take_along_axis(logits, safe_labels[:, None], 1)[:, 0] - row_max[:, 0]
   valid = weights > 0
 
   def slope_and_curvature(s):
     e = jnp.exp(s * shifted)
-    # Logits whose exp underflows count 0: e z and e z² would be NaN (0 * inf) beside a -inf
-    # logit or a square that overflows (|z| > 1.8e19); where e > 0, |z| <= 104 / s is small.
-    z = jnp.where(e > 0, shifted, 0.0)
     total = jnp.sum(e, axis=-1)
-    mean = jnp.sum(e * z, axis=-1) / total
-    second = jnp.sum(e * jnp.square(z), axis=-1) / total
+    mean = jnp.sum(e * shifted, axis=-1) / total
+    second = jnp.sum(e * jnp.square(shifted), axis=-1) / total
     slope = jnp.sum(jnp.where(valid, mean - shifted_label, 0.0))
     curvature = jnp.sum(jnp.where(valid, jnp.maximum(second - jnp.square(mean), 0.0), 0.0))
     return slope, curvature

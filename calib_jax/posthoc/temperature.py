@@ -40,8 +40,9 @@ def _fit_inverse_temperature(logits, labels, mask, s_lo, s_hi, iterations: int):
   below float32's range) `f` is linear: the step goes to the side `-f'` points to. A flat `f`
   (`f' = 0`: equal logits in every row) keeps the start, `s = 1` clipped to the bounds. Stops when
   the Newton step is <= 1e-6 relative (~16 float32 ulps of s: at the rounding of the slope), or the
-  bracket is that narrow, or after `iterations` steps. NaN or infinite logits (a NaN or infinite
-  slope) stop at `s_hi`, the lowest T: the golden-section search this replaced returned it too.
+  bracket is that narrow, or after `iterations` steps. A NaN or infinite slope (a NaN logit, a
+  +inf one, a -inf label logit: the NLL is NaN or infinite) stops at `s_hi`, the lowest T, as the
+  golden-section search this replaced returned; a -inf logit off the label is a class of p = 0.
   """
   n = labels.shape[0]
   weights = jnp.ones(n, jnp.float32) if mask is None else mask.astype(jnp.float32)
@@ -102,8 +103,8 @@ def fit_temperature(logits: ArrayLike, labels: ArrayLike, mask: Optional[ArrayLi
 
   A safeguarded Newton search on `1/T` (NLL is convex in `1/T`), kept inside `bounds`; it
   usually stops after 5–10 steps, when a Newton step would move `1/T` by at most 1e-6 relative.
-  Equal logits in every row (a flat NLL) give T = 1 clipped to `bounds`; NaN or infinite logits
-  (a NaN or infinite NLL) give `T_min`.
+  Equal logits in every row (a flat NLL) give T = 1 clipped to `bounds`; logits that make the NLL
+  NaN or infinite (a NaN, a +inf, a -inf at the label) give `T_min`.
 
   Args:
     logits: `[..., C]` held-out logits; labels `[...]`; optional bool mask `[...]`.

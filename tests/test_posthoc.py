@@ -2,6 +2,7 @@
 import jax
 import numpy as np
 import pytest
+from scipy import optimize, special
 
 from calib_jax import metrics
 from calib_jax import posthoc
@@ -108,6 +109,65 @@ def test_fit_temperature_with_mask_and_at_the_bounds():
     posthoc.fit_temperature(z, labels, bounds=(2.0, 1.0))
   with pytest.raises(ValueError, match="temperature"):
     posthoc.apply_temperature(z, 0.0)
+
+
+def _nll64(z, labels, t):
+  """Mean NLL of softmax(z / T) in float64 (scipy's logsumexp)."""
+  scaled = z.astype(np.float64) / t
+  return np.mean(special.logsumexp(scaled, axis=1) - scaled[np.arange(len(labels)), labels])
+
+
+@pytest.mark.parametrize("kind, seed, n, c, scale", [
+    ("sampled", 1, 2000, 10, 4.0), ("sampled", 2, 3000, 100, 3.0),
+    ("overconfident", 3, 4000, 10, 8.0)])
+def test_fit_temperature_is_the_float64_optimum(kind, seed, n, c, scale):
+  rng = np.random.default_rng(seed)
+  z = (rng.normal(size=(n, c)) * (scale if kind == "sampled" else 1.5)).astype(np.float32)
+  if kind == "sampled":  # labels drawn from softmax(z / T*), T* != 1
+    p = _np_softmax(z / (0.7 if c == 100 else 2.5))
+    labels = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
+  else:  # a network ~87 % right whose prediction has a large margin: T > 1
+    labels = rng.integers(0, c, n)
+    pred = np.where(rng.random(n) < 0.87, labels, rng.integers(0, c, n))
+    z[np.arange(n), pred] += scale + rng.exponential(2.0, n).astype(np.float32)
+  t = posthoc.fit_temperature(z, labels)
+  best = optimize.minimize_scalar(lambda s: _nll64(z, labels, 1.0 / s), bounds=(1 / 20.0, 1 / 0.05),
+                                  method="bounded", options={"xatol": 1e-10})
+  t64 = 1.0 / best.x
+  # The golden-section search this replaced was 2e-5 to 4e-4 off (float32 NLL comparisons).
+  assert abs(t - t64) / t64 < 1e-5, (t, t64)
+  assert _nll64(z, labels, t) - _nll64(z, labels, t64) < 1e-10
+
+
+def test_fit_temperature_on_degenerate_logits():
+  z, rng = _logits(4, n=200)
+  labels = np.where(rng.random(200) < 0.7, z.argmax(1), rng.integers(0, 8, 200))
+  # Every softmax one-hot (no curvature): the NLL rises linearly in 1/T (some labels are wrong),
+  # so the optimum is T_max; the golden-section search returned T_min here.
+  assert posthoc.fit_temperature(z * np.float32(1e20), labels) == pytest.approx(20.0, rel=1e-6)
+  # Every softmax uniform to float32: the NLL falls linearly in 1/T up to T_min.
+  assert posthoc.fit_temperature(z * np.float32(1e-20), labels) == pytest.approx(0.05, rel=1e-6)
+  # Equal logits: a flat NLL keeps T = 1, clipped to the bounds.
+  flat = np.zeros_like(z)
+  assert posthoc.fit_temperature(flat, labels) == 1.0
+  assert posthoc.fit_temperature(flat, labels, bounds=(2.0, 3.0)) == 2.0
+  # One example whose label is the runner-up: an interior optimum.
+  one, one_label = z[:1], np.argsort(z[:1], 1)[:, -2]
+  best = optimize.minimize_scalar(lambda s: _nll64(one, one_label, 1.0 / s),
+                                  bounds=(1 / 20.0, 1 / 0.05), method="bounded",
+                                  options={"xatol": 1e-10})
+  assert posthoc.fit_temperature(one, one_label) == pytest.approx(1.0 / best.x, rel=1e-5)
+  # A -inf logit off the label is a class of probability 0: the other rows are unaffected.
+  off = z.copy()
+  row = int(np.flatnonzero(labels != 2)[0])
+  off[row, 2] = -np.inf
+  t_off = posthoc.fit_temperature(off, labels)
+  assert 0.2 < t_off < 15 and np.isfinite(_nll64(off, labels, t_off))
+  # NaN or infinite NLLs (a NaN, a +inf, a -inf at the label) give T_min, as before.
+  for value, col in ((np.nan, 2), (np.inf, 2), (-np.inf, labels[row])):
+    bad = z.copy()
+    bad[row, col] = value
+    assert posthoc.fit_temperature(bad, labels) == pytest.approx(0.05, rel=1e-6)
 
 
 def test_select_pnorm_picks_the_lowest_aurc_or_falls_back_to_msp():

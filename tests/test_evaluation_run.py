@@ -60,6 +60,8 @@ def test_segmentation_eval(tmp_path, tiny_fcn):
   seg.eval.score_pixels_per_image = 50
   seg.eval.fit_pixels_per_image = 20
   seg.eval.pnorm_candidates = (2,)  # One AURC per candidate p on the sampled pixels.
+  # One image's confidence maps, not 4: the drawing itself is test_evaluation_maps.py's.
+  seg.eval.seg_map_images = 1
   loop.train_and_evaluate(seg, str(tmp_path / "seg"))
   results = evaluation.evaluate_run(seg, str(tmp_path / "seg"))
   assert 0.0 <= results["pre_temperature"]["miou"] <= 1.0
@@ -122,12 +124,22 @@ def test_eval_without_checkpoint_is_a_clear_error(tmp_path):
     evaluation.evaluate_run(tiny_config(), str(tmp_path / "empty"))
 
 
-def test_eval_saves_the_plotted_predictions(tmp_path):
-  config = report_only(clutter_config())
+@pytest.fixture(scope="module")
+def trained_clutter(tmp_path_factory):
+  """One tiny clutter run trained with sgd (report_only), its workdir, its evaluation and the
+  predictions file that evaluation saved, read at once (a later evaluation of the same workdir
+  writes the file again)."""
+  config = report_only(clutter_config(**{"optimizer.name": "sgd"}))
   config.eval.pnorm_candidates = (2,)
-  loop.train_and_evaluate(config, str(tmp_path / "run"))
-  results = evaluation.evaluate_run(config, str(tmp_path / "run"))
-  saved = np.load(results["files"]["predictions"])
+  workdir = str(tmp_path_factory.mktemp("clutter") / "run")
+  loop.train_and_evaluate(config, workdir)
+  results = evaluation.evaluate_run(config, workdir)
+  with np.load(results["files"]["predictions"]) as saved:
+    return workdir, results, dict(saved)
+
+
+def test_eval_saves_the_plotted_predictions(trained_clutter):
+  _, results, saved = trained_clutter
   assert saved["probs_pre"].shape == saved["probs_post"].shape == (64, 10)
   np.testing.assert_allclose(saved["probs_pre"].sum(-1), 1.0, rtol=1e-5)
   accuracy = np.mean(saved["probs_pre"].argmax(-1) == saved["labels"])
@@ -136,14 +148,10 @@ def test_eval_saves_the_plotted_predictions(tmp_path):
   np.testing.assert_array_equal(saved["probs_pre"].argmax(-1), saved["probs_post"].argmax(-1))
 
 
-def test_eval_reads_variables_only_whatever_the_optimiser_is_now(tmp_path):
+def test_eval_reads_variables_only_whatever_the_optimiser_is_now(trained_clutter):
   """eval restores params/batch_stats alone: a config whose optimiser (hence optimiser-state
   structure) changed after training still evaluates the trained weights, to the same numbers."""
-  config = report_only(clutter_config(**{"optimizer.name": "sgd"}))
-  config.eval.pnorm_candidates = (2,)
-  workdir = str(tmp_path / "run")
-  loop.train_and_evaluate(config, workdir)
-  before = evaluation.evaluate_run(config, workdir)
+  workdir, before, _ = trained_clutter
   # Adam moments and a CRL history: another state shape.
   changed = report_only(clutter_config(crl_weight=1.0, **{"optimizer.name": "adam"}))
   changed.eval.pnorm_candidates = (2,)

@@ -292,19 +292,20 @@ def test_gpool_cnn_embedding_from_array_and_freezing(tmp_path):
   model = models.get("gpool_cnn", 3, embedding=table, filter_sizes=[3, 3], num_filters=4,
                      hidden=0, train_embedding=False)
   assert (model.vocab_size, model.embed_dim) == (25, 6)
-  variables = model.init({"params": KEY}, tokens)
+  # Jitted, as `_run` above: op by op, each of the model's operations compiles on its own.
+  variables = jax.jit(model.init)({"params": KEY}, tokens)
   np.testing.assert_array_equal(variables["params"]["embedding"]["embedding"], table)
 
   def loss(params):
     return jnp.sum(model.apply({"params": params}, tokens) ** 2)
 
-  grads = jax.grad(loss)(variables["params"])
+  grads = jax.jit(jax.grad(loss))(variables["params"])
   assert not np.any(grads["embedding"]["embedding"])
   assert np.any(grads["conv0"]["kernel"])
 
   bf16 = models.get("gpool_cnn", 3, embedding=table, filter_sizes=[3, 3], num_filters=4,
                     hidden=0, dtype="bfloat16")
-  assert_bf16_close(bf16.apply(variables, tokens), model.apply(variables, tokens))
+  assert_bf16_close(jax.jit(bf16.apply)(variables, tokens), jax.jit(model.apply)(variables, tokens))
 
   np.save(tmp_path / "glove.npy", table)
   from_file = models.get("gpool_cnn", 3, embedding=str(tmp_path / "glove.npy"))

@@ -112,6 +112,21 @@ def test_index_draws_are_the_exact_high_word_and_uniform():
   assert np.all(np.abs(counts - 10000) < 5 * 92.6), counts
 
 
+def test_random_bits_are_jax_random_bits():
+  # The unrolled threefry gives `jax.random.bits`' words exactly: the same resamples.
+  bootstrap_lib = importlib.import_module("calib_jax.metrics.bootstrap")
+  keys = [jax.random.key(0), jax.random.key(2**31 + 5), jax.random.PRNGKey(7),
+          jax.random.key(3, impl="rbg")]  # the last: another implementation, JAX's own
+  for key in keys:
+    for size in (1, 2, 7, 1000, 25001):
+      np.testing.assert_array_equal(bootstrap_lib._random_bits(key, size),
+                                    jax.random.bits(key, (size,), jax.numpy.uint32))
+  split = jax.random.split(jax.random.key(1), 4)  # vmapped as the bootstrap draws them
+  np.testing.assert_array_equal(
+      jax.jit(jax.vmap(lambda k: bootstrap_lib._random_bits(k, 333)))(split),
+      jax.vmap(lambda k: jax.random.bits(k, (333,), jax.numpy.uint32))(split))
+
+
 @pytest.mark.parametrize("metric", [metrics.ece, functools.partial(metrics.aece, num_bins=10),
                                     metrics.smooth_ece])
 def test_top_label_metrics_resample_two_column_rows_with_the_same_result(metric):

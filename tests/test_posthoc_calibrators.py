@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from calib_jax import posthoc
-from calib_jax.posthoc import binning, isotonic, scaling
+from calib_jax.posthoc import _fitting, binning, isotonic, scaling
 
 N, C = 600, 5
 
@@ -207,6 +207,26 @@ def test_vector_scaling_is_temperature_with_equal_weights_and_lowers_nll(fitted)
       jax.nn.log_softmax(z * w + b), jnp.asarray(labels)[:, None], 1)), argnums=(0, 1))(
           vector.weights, vector.bias)
   assert all(np.all(np.isfinite(g)) and float(jnp.linalg.norm(g)) < 1e-3 for g in grad)
+
+
+# Blocks of 256 rows: an overlapping last one, one, part of one.
+@pytest.mark.parametrize("n", [600, 256, 50])
+def test_vector_nll_and_grad_is_mean_nll_and_its_gradient(n):
+  z, labels, rng = _data(3, n=n)
+  mask = rng.random(n) < 0.8  # zero-weight samples count nowhere
+  z, labels, weights = _fitting.fit_inputs(z, labels, mask)
+  params = {"weights": jnp.asarray(1 + 0.3 * rng.normal(size=C), jnp.float32),
+            "bias": jnp.asarray(rng.normal(size=C), jnp.float32)}
+  want_value, want_grad = jax.value_and_grad(lambda p: _fitting.mean_nll(
+      scaling.apply_vector_scaling(z, p["weights"], p["bias"]), labels, weights))(params)
+  value, grad = jax.jit(scaling.vector_nll_and_grad)(z, labels, weights, params)
+  np.testing.assert_allclose(value, want_value, rtol=1e-6)
+  for name in params:  # float32 sums taken in another order
+    np.testing.assert_allclose(grad[name], want_grad[name], rtol=1e-5, atol=1e-7)
+  # The fit's objective: `jax.value_and_grad` of it is this pair.
+  value, grad = jax.value_and_grad(scaling._vector_nll(z, labels, weights))(params)
+  np.testing.assert_allclose(value, want_value, rtol=1e-6)
+  np.testing.assert_allclose(grad["weights"], want_grad["weights"], rtol=1e-5, atol=1e-7)
 
 
 def test_matrix_and_dirichlet_scaling_reduce_nll_and_regularise(fitted):

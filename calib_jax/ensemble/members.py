@@ -41,7 +41,10 @@ def member_metrics(logits: ArrayLike, labels: ArrayLike, num_bins: int = 15,
                      f"{logits.shape[1:-1]} of member-stacked logits {logits.shape}.")
   # The checks (label range, mask) run once here, on concrete values, not per member.
   labels, mask = _inputs.member_labels(logits, labels, mask)
-  return _member_metrics(logits, labels, mask, num_bins)
+  per_member, mean = _member_metrics(logits, labels, mask, num_bins)
+  # In `MEMBER_METRICS`' order (a jitted function's dicts come back with their keys sorted).
+  return ({name: per_member[name] for name in MEMBER_METRICS},
+          {name: mean[name] for name in MEMBER_METRICS})
 
 
 # Jitted (after the eager checks of `member_metrics`): outside `jit`, slicing the members,

@@ -78,6 +78,7 @@ def test_disagreement_equals_the_pairwise_mean(members):
 def test_member_metrics_are_each_members_own(members):
   logits, labels = members
   per_member, mean = ensemble.member_metrics(logits, labels, num_bins=10)
+  assert list(per_member) == list(mean) == list(ensemble.MEMBER_METRICS)
   p = _softmax(logits.astype(np.float64))
   onehot = np.eye(5)[labels]
   acc = (p.argmax(-1) == labels).mean(1)

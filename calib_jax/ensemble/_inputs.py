@@ -1,4 +1,10 @@
-"""Shape checks shared by the ensemble functions: member-stacked logits `[M, ..., C]`."""
+"""Checks shared by the ensemble functions: member-stacked logits `[M, ..., C]` and their
+samples' labels `[...]`.
+
+The checks run eagerly, on shapes and concrete values, before each public function hands the
+arrays to its jitted program; they slice or reshape nothing on the device (outside `jit`, each
+such operation compiles a program of its own per shape).
+"""
 from collections.abc import Sequence
 
 import jax
@@ -41,3 +47,22 @@ def member_logits(logits, min_members: int = 1) -> jax.Array:
     raise ValueError(f"this needs at least {min_members} ensemble members (axis 0 of "
                      f"[M, ..., C]); got M = {shape[0]} (logits shape {shape}).")
   return arrays.as_float_array(logits, "logits")
+
+
+def member_labels(logits: jax.Array, labels: jax.typing.ArrayLike,
+                  mask: jax.typing.ArrayLike | None = None
+                  ) -> tuple[jax.Array, jax.Array | None]:
+  """Validates the labels `[...]` (and bool mask `[...]`) of member-stacked logits `[M, ..., C]`
+  as `arrays.flatten_probs_labels` does for one member's `[..., C]`, with its messages: the
+  shape, and on concrete values the labels in `[0, C)` and a mask that selects something.
+
+  Returns `(labels [N] int32, mask [N] bool or None)`, N the samples of `[...]`.
+  """
+  sample_shape, l_shape = tuple(logits.shape[1:-1]), tuple(np.shape(labels))
+  if l_shape != sample_shape:
+    raise ValueError(f"labels shape {l_shape} must equal the leading shape of probs "
+                     f"{sample_shape}.")
+  labels = arrays.as_int_array(labels, "labels").reshape(int(np.prod(sample_shape)))
+  mask = arrays.flatten_mask(mask, sample_shape)
+  arrays.check_label_values(labels, logits.shape[-1], mask)
+  return labels, mask

@@ -22,7 +22,13 @@ def disagreement(logits: ArrayLike) -> jax.Array:
   The pairs are counted one member at a time (`lax.scan`), so memory stays `O(N)` beyond the
   predictions `[M, ...]` whatever M is.
   """
-  logits = _inputs.member_logits(logits, min_members=2)
+  return _disagreement(_inputs.member_logits(logits, min_members=2))
+
+
+# Jitted (after the eager checks): outside `jit`, each jnp operation would compile a
+# one-operation program of its own per shape (~20-60 ms each).
+@jax.jit
+def _disagreement(logits: jax.Array) -> jax.Array:
   preds = arrays.first_argmax(logits)
   num = preds.shape[0]
 

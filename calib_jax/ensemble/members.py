@@ -4,6 +4,8 @@ The "mean member" of an ensemble is the mean over its M members of each member's
 (1/M) Σ_m metric(softmax(z_m)), which is what an ensemble is compared against (Lakshminarayanan
 et al. 2017, Ovadia et al. 2019): not the metric of the averaged prediction (`averaging`).
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,7 +40,19 @@ def member_metrics(logits: ArrayLike, labels: ArrayLike, num_bins: int = 15,
     raise ValueError(f"labels shape {tuple(np.shape(labels))} must equal the sample shape "
                      f"{logits.shape[1:-1]} of member-stacked logits {logits.shape}.")
   # The checks (label range, mask) run once here, on concrete values, not per member.
-  _, labels, mask = arrays.flatten_probs_labels(logits[0], labels, mask)
+  labels, mask = _inputs.member_labels(logits, labels, mask)
+  per_member, mean = _member_metrics(logits, labels, mask, num_bins)
+  # In `MEMBER_METRICS`' order (a jitted function's dicts come back with their keys sorted).
+  return ({name: per_member[name] for name in MEMBER_METRICS},
+          {name: mean[name] for name in MEMBER_METRICS})
+
+
+# Jitted (after the eager checks of `member_metrics`): outside `jit`, slicing the members,
+# their softmax, stacking and averaging would each compile a one-operation program of its own
+# per shape (~20-60 ms each).
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _member_metrics(logits: jax.Array, labels: jax.Array, mask: jax.Array | None,
+                    num_bins: int) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
   flat = logits.reshape(logits.shape[0], -1, logits.shape[-1])
 
   def one(member_logits):
@@ -48,8 +62,7 @@ def member_metrics(logits: ArrayLike, labels: ArrayLike, num_bins: int = 15,
             "nll": metrics.nll(member_logits, labels, mask, from_logits=True),
             "brier": metrics.brier(probs, labels, mask)}
 
-  # A Python loop over the (few) members: each member's metrics are the same compiled
-  # functions, and the public metrics' concrete-value checks stay valid (they skip tracers).
-  rows = [one(member) for member in flat]
-  per_member = {name: jnp.stack([row[name] for row in rows]) for name in MEMBER_METRICS}
+  # One member at a time (`lax.map`): each member's metrics are one compiled body whatever M
+  # is, and memory stays that of one member's probabilities.
+  per_member = jax.lax.map(one, flat)
   return per_member, {name: jnp.mean(value) for name, value in per_member.items()}

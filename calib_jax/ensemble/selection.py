@@ -12,11 +12,12 @@ the selection never gets stuck; without replacement the k members are distinct (
 first step picks the best single member. NLL needs only each member's probability of the label,
 so the search runs on `[M, N]` log probabilities and costs `O(k·M·N)` after one softmax.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calib_jax import arrays
 from calib_jax.ensemble import _inputs
 
 ArrayLike = jax.typing.ArrayLike
@@ -36,11 +37,8 @@ def label_log_probs(logits: ArrayLike, labels: ArrayLike,
                     mask: ArrayLike | None = None) -> jax.Array:
   """Each member's `log softmax(z_m)_y` per sample, `[M, N]` (masked-out samples are 0)."""
   logits = _inputs.member_logits(logits)
-  _, labels, mask = arrays.flatten_probs_labels(logits[0], labels, mask)
-  flat = logits.reshape(logits.shape[0], -1, logits.shape[-1])
-  logp = jnp.take_along_axis(jax.nn.log_softmax(flat, axis=-1), labels[None, :, None],
-                             axis=-1)[..., 0]
-  return logp if mask is None else jnp.where(mask[None], logp, 0.0)
+  labels, mask = _inputs.member_labels(logits, labels, mask)
+  return _label_log_probs(logits, labels, mask)
 
 
 def greedy_select(val_logits: ArrayLike, val_labels: ArrayLike, k: int, *,
@@ -60,10 +58,28 @@ def greedy_select(val_logits: ArrayLike, val_labels: ArrayLike, k: int, *,
     int32 `[k]`: the chosen member indices in the order they were added.
   """
   val_logits = _inputs.member_logits(val_logits)
-  num = val_logits.shape[0]
-  k = check_k(k, num, bool(with_replacement))
-  logp = label_log_probs(val_logits, val_labels, mask)
-  count = logp.shape[1] if mask is None else jnp.sum(jnp.reshape(mask, (-1,)), dtype=jnp.float32)
+  k = check_k(k, val_logits.shape[0], bool(with_replacement))
+  labels, mask = _inputs.member_labels(val_logits, val_labels, mask)
+  return _greedy_select(val_logits, labels, mask, k, bool(with_replacement))
+
+
+# Both jitted (after the eager checks): outside `jit`, each jnp operation would compile a
+# one-operation program of its own per shape (~20-60 ms each).
+
+
+@jax.jit
+def _label_log_probs(logits: jax.Array, labels: jax.Array, mask: jax.Array | None) -> jax.Array:
+  flat = logits.reshape(logits.shape[0], -1, logits.shape[-1])
+  logp = jnp.take_along_axis(jax.nn.log_softmax(flat, axis=-1), labels[None, :, None],
+                             axis=-1)[..., 0]
+  return logp if mask is None else jnp.where(mask[None], logp, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "with_replacement"))
+def _greedy_select(logits: jax.Array, labels: jax.Array, mask: jax.Array | None, k: int,
+                   with_replacement: bool) -> jax.Array:
+  logp = _label_log_probs(logits, labels, mask)
+  count = logp.shape[1] if mask is None else jnp.sum(mask, dtype=jnp.float32)
 
   def step(carry, size):
     log_sum, used = carry
@@ -75,6 +91,6 @@ def greedy_select(val_logits: ArrayLike, val_labels: ArrayLike, k: int, *,
     best = jnp.argmin(nll).astype(jnp.int32)
     return (jnp.logaddexp(log_sum, logp[best]), used.at[best].set(True)), best
 
-  start = (jnp.full(logp.shape[1:], -jnp.inf, jnp.float32), jnp.zeros(num, bool))
+  start = (jnp.full(logp.shape[1:], -jnp.inf, jnp.float32), jnp.zeros(logits.shape[0], bool))
   _, chosen = jax.lax.scan(step, start, jnp.arange(k, dtype=jnp.float32))
   return chosen

@@ -37,31 +37,41 @@ def ensemble_logits(stacked: Any) -> np.ndarray:
   return np.asarray(ensemble.ensemble_log_probs(stacked))
 
 
-def ensemble_scores(stacked: Any) -> dict[str, jax.Array]:
+def ensemble_scores(stacked: Any) -> dict[str, np.ndarray]:
   """The negated ensemble scores (higher = more confident), `[...]` each, for failure and OOD
-  detection; `disagreement` only with M >= 2 members."""
-  scores = {"predictive_entropy": -ensemble.predictive_entropy(stacked),
-            "expected_entropy": -ensemble.expected_entropy(stacked),
-            "mutual_information": -ensemble.mutual_information(stacked)}
+  detection; `disagreement` only with M >= 2 members. (Each the bits of its
+  `calib_jax.ensemble` function; negated on the host, exactly, rather than by a program.)"""
+  total, expected, mutual = ensemble.uncertainty.decomposition(stacked)
+  scores = {"predictive_entropy": total, "expected_entropy": expected,
+            "mutual_information": mutual}
   if np.shape(stacked)[0] >= 2:
-    scores["disagreement"] = -ensemble.disagreement(stacked)
-  return scores
+    scores["disagreement"] = ensemble.disagreement(stacked)
+  return {name: -np.asarray(score) for name, score in scores.items()}
 
 
 def member_results(stacked: Any, labels: Any, num_bins: int) -> dict[str, Any]:
   """Each member's `MEMBER_KEYS` on `(stacked [M, N, C], labels [N])` and the mean member:
   `{"num_members": M, "members": [{key: float}], "mean_member": {key: float}}`."""
-  per_member, _ = ensemble.member_metrics(stacked, labels, num_bins)
-  labels = jnp.asarray(labels, jnp.int32)
-  aurcs = []
-  for logits in jnp.asarray(stacked, jnp.float32):
-    probs = jax.nn.softmax(logits, -1)
-    aurcs.append(metrics.aurc(jnp.max(probs, -1), jnp.argmax(probs, -1) == labels))
-  per_member = {**{k: np.asarray(v) for k, v in per_member.items()}, "aurc": np.asarray(aurcs)}
-  num = len(aurcs)
+  per_member, _ = ensemble.member_metrics(stacked, labels, num_bins)  # checks the labels
+  per_member = {**per_member, "aurc": _member_aurcs(stacked, labels)}
+  per_member = {k: np.asarray(v) for k, v in jax.device_get(per_member).items()}
+  num = len(per_member["aurc"])
   return {"num_members": num,
           "members": [{k: float(per_member[k][m]) for k in MEMBER_KEYS} for m in range(num)],
           "mean_member": {k: float(np.mean(per_member[k])) for k in MEMBER_KEYS}}
+
+
+# Jitted, as `_select` below: outside `jit`, each member's softmax, max, argmax and comparison
+# would compile one-operation programs of their own per shape (~20-60 ms each).
+@jax.jit
+def _member_aurcs(stacked: Any, labels: Any) -> jax.Array:
+  """Each member's AURC of its maximum probability, `[M]` (one member at a time)."""
+  labels = jnp.asarray(labels, jnp.int32)
+
+  def one(logits):
+    probs = jax.nn.softmax(logits, -1)
+    return metrics.aurc(jnp.max(probs, -1), jnp.argmax(probs, -1) == labels)
+  return jax.lax.map(one, jnp.asarray(stacked, jnp.float32))
 
 
 def format_lines(results: dict[str, Any]) -> list[str]:
@@ -100,7 +110,13 @@ def parse_members(text: str | None, num_members: int) -> list[int]:
 
 def select_members(indices: Sequence[int], tree: Any) -> Any:
   """The members `indices` of a stacked tree (leading axis M)."""
-  index = np.asarray(indices)
+  return _select(tree, np.asarray(indices))
+
+
+# One program for the whole tree: outside `jit`, each leaf's gather would compile a program of
+# its own per shape (a model's variables hold tens of leaves).
+@jax.jit
+def _select(tree: Any, index: jax.Array) -> Any:
   return jax.tree.map(lambda leaf: leaf[index], tree)
 
 

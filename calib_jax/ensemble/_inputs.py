@@ -53,15 +53,15 @@ def member_labels(logits: jax.Array, labels: jax.typing.ArrayLike,
                   mask: jax.typing.ArrayLike | None = None
                   ) -> tuple[jax.Array, jax.Array | None]:
   """Validates the labels `[...]` (and bool mask `[...]`) of member-stacked logits `[M, ..., C]`
-  as `arrays.flatten_probs_labels` does for one member's `[..., C]`, with its messages: the
-  shape, and on concrete values the labels in `[0, C)` and a mask that selects something.
+  as `arrays.flatten_probs_labels` does for one member's `[..., C]`: the shape, and on concrete
+  values (with its messages) the labels in `[0, C)` and a mask that selects something.
 
   Returns `(labels [N] int32, mask [N] bool or None)`, N the samples of `[...]`.
   """
   sample_shape, l_shape = tuple(logits.shape[1:-1]), tuple(np.shape(labels))
   if l_shape != sample_shape:
-    raise ValueError(f"labels shape {l_shape} must equal the leading shape of probs "
-                     f"{sample_shape}.")
+    raise ValueError(f"labels shape {l_shape} must equal the sample shape {sample_shape} of "
+                     f"member-stacked logits {tuple(logits.shape)}.")
   labels = arrays.as_int_array(labels, "labels").reshape(int(np.prod(sample_shape)))
   mask = arrays.flatten_mask(mask, sample_shape)
   arrays.check_label_values(labels, logits.shape[-1], mask)

@@ -8,7 +8,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from calib_jax import arrays
 from calib_jax import metrics
@@ -36,10 +35,7 @@ def member_metrics(logits: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   """
   num_bins = arrays.check_num_bins(num_bins)
   logits = _inputs.member_logits(logits)
-  if tuple(np.shape(labels)) != logits.shape[1:-1]:
-    raise ValueError(f"labels shape {tuple(np.shape(labels))} must equal the sample shape "
-                     f"{logits.shape[1:-1]} of member-stacked logits {logits.shape}.")
-  # The checks (label range, mask) run once here, on concrete values, not per member.
+  # The checks (shape, label range, mask) run once here, on concrete values, not per member.
   labels, mask = _inputs.member_labels(logits, labels, mask)
   per_member, mean = _member_metrics(logits, labels, mask, num_bins)
   # In `MEMBER_METRICS`' order (a jitted function's dicts come back with their keys sorted).

@@ -262,6 +262,14 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=Fals
     # it runs unvectorised, once per consumer (~3-5x slower).
     return lax.map(draw, chunk_keys)
 
+  def each_drawn(fn):
+    # `fn(indices)` of every resample, one at a time (lax.map of batch_size 1 would vmap over
+    # a batch of 1, whose batched gathers are the slow ones on XLA:CPU), their indices drawn
+    # a chunk at a time (`draws`).
+    chunk = _chunk(keys.shape[0], n, _DRAW_CHUNK)
+    out = lax.map(lambda chunk_keys: lax.map(fn, draws(chunk_keys)), keys.reshape(-1, chunk))
+    return out.reshape(keys.shape[0], *out.shape[2:])
+
   def resample(idx):
     if flat_mask:
       return metric(*(_take(a, idx) for a in arrays), mask=resampled_mask)
@@ -301,23 +309,10 @@ def _resampled(metric_fn, arrays, mask, keys, batch_size, top_label, ranked=Fals
       counts = jnp.zeros(n, jnp.int32).at[idx].add(drawn, mode="promise_in_bounds")
       return reduction(ranked_counts.ranked_from_counts(points, counts, num_valid))
 
-    chunk = _chunk(keys.shape[0], n, _DRAW_CHUNK)
-    return lax.map(lambda chunk_keys: lax.map(ranked_one, draws(chunk_keys)),
-                   keys.reshape(-1, chunk)).reshape(-1)
+    return each_drawn(ranked_one)
   if batch_size == 1:
-    # One resample at a time (lax.map of batch_size 1 would vmap over a batch of 1, whose
-    # batched gathers are the slow ones on XLA:CPU), their indices drawn a chunk at a time
-    # (`draws`).
-    num_samples = keys.shape[0]
-    chunk = _chunk(num_samples, n, _DRAW_CHUNK)
-
-    def drawn_chunk(chunk_keys):
-      return lax.map(resample, draws(chunk_keys))
-
-    samples = lax.map(drawn_chunk, keys.reshape(-1, chunk))
-    return samples.reshape(num_samples, *samples.shape[2:])
+    return each_drawn(resample)
   return lax.map(lambda key: resample(draw(key)), keys, batch_size=batch_size)
-
 
 
 def bootstrap(metric_fn: Callable, *arrays: ArrayLike, num_samples: int = 1000,

@@ -121,9 +121,8 @@ def _vector_nll(logits, labels, weights):
   def nll(params):
     return vector_nll_and_grad(logits, labels, weights, params)[0]
 
-  def forward(params):
-    value, grad = vector_nll_and_grad(logits, labels, weights, params)
-    return value, grad
+  def forward(params):  # (value, residuals): the gradient is the residual
+    return vector_nll_and_grad(logits, labels, weights, params)
 
   def backward(grad, cotangent):
     return (jax.tree.map(lambda g: cotangent * g, grad),)

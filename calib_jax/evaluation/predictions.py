@@ -23,8 +23,9 @@ The validation split fits; the test split is reported:
 * `failure`: detecting the wrong test predictions (the positives) by a low confidence score,
   `metrics.detection`'s convention: `auroc`, `aupr` and `fpr_at_95_tpr` (the share of correct
   predictions flagged when 95 % of the wrong ones are) for the scores `msp`, `max_logit`,
-  `neg_entropy`, `energy` and `pnorm` (`max_logit_pnorm` with the p fitted on val by AURC, or
-  the MSP where no p beats it: `pnorm_p` says which);
+  `neg_entropy`, `energy` (not for an ensemble: constant on its `log p̄`) and `pnorm`
+  (`max_logit_pnorm` with the p fitted on val by AURC, or the MSP where no p beats it:
+  `pnorm_p` says which);
 * `ood` (with `ood_logits`): detecting the OOD samples (positives) among the test split and the
   OOD set by the same scores: `auroc`, `aupr` (AUPR-Out) and `fpr_at_95_tpr` (the share of test
   samples flagged when 95 % of the OOD set is);
@@ -94,14 +95,21 @@ def _test_metrics(probs: jax.Array, labels: jax.Array, num_bins: int):
   return values, confidence, correct
 
 
-def confidence_scores(logits: jax.Array, pnorm_p: float | None) -> dict[str, jax.Array]:
+def confidence_scores(logits: jax.Array, pnorm_p: float | None, *,
+                      of_ensemble: bool = False) -> dict[str, jax.Array]:
   """The scores of `failure` and `ood` (higher = more confident / more in-distribution).
   Each is computed on its own, not fused into one program: scores with many near-ties
-  (a random forest's logits) would rank differently by a last-bit difference."""
-  return {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
-          "neg_entropy": posthoc.neg_entropy(logits), "energy": posthoc.energy(logits),
-          "pnorm": (posthoc.msp(logits) if pnorm_p is None
-                    else posthoc.max_logit_pnorm(logits, pnorm_p))}
+  (a random forest's logits) would rank differently by a last-bit difference.
+
+  `of_ensemble`: `logits` are an ensemble's `log p̄`, whose `energy` is `logsumexp(log p̄) = 0`
+  for every sample: only its rounding would be ranked (an AUROC of noise), so it is left out."""
+  scores = {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
+            "neg_entropy": posthoc.neg_entropy(logits), "energy": posthoc.energy(logits),
+            "pnorm": (posthoc.msp(logits) if pnorm_p is None
+                      else posthoc.max_logit_pnorm(logits, pnorm_p))}
+  if of_ensemble:
+    del scores["energy"]
+  return scores
 
 
 def _detection(scores: dict[str, jax.Array], positives: jax.Array) -> dict[str, dict[str, Any]]:
@@ -258,7 +266,8 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
       "num_val": int(val_x.shape[0]), "num_test": int(test_x.shape[0]),
       "num_classes": int(val_x.shape[1]), "num_bins": num_bins,
       "bootstrap_samples": bootstrap_samples, "calibrators": report,
-      "pnorm_p": pnorm_p, "failure": _detection(confidence_scores(test_x, pnorm_p), wrong),
+      "pnorm_p": pnorm_p,
+      "failure": _detection(confidence_scores(test_x, pnorm_p, of_ensemble=bool(members)), wrong),
   }
   if skipped:
     results["skipped"] = skipped
@@ -266,7 +275,8 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
     both = np.concatenate([arrays["test_logits"], arrays["ood_logits"]]).astype(np.float32)
     is_ood = np.arange(both.shape[0]) >= test_x.shape[0]
     results["num_ood"] = int(arrays["ood_logits"].shape[0])
-    results["ood"] = _detection(confidence_scores(both, pnorm_p), is_ood)
+    results["ood"] = _detection(confidence_scores(both, pnorm_p, of_ensemble=bool(members)),
+                                is_ood)
   results = ensembles.add_to_report(results, members, test_y, wrong, num_bins, _detection)
   return results, fitted, resampled
 

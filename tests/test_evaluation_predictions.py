@@ -358,6 +358,7 @@ def test_member_stacked_logits_are_reported_as_their_ensemble(stacked):
   assert results["ood"]["predictive_entropy"]["auroc"] > 0.9
   table = predictions.format_table(results)
   assert "mean member" in table and "member 2" in table
+  assert "95 % interval" not in table  # bootstrap_samples=0: no intervals, no empty column
 
 
 @pytest.mark.parametrize("change, message", [

@@ -283,15 +283,17 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
 
 def format_table(results: dict[str, Any]) -> str:
   """A plain-text summary of `evaluate_predictions`' results."""
+  # The intervals' column only where there are intervals (none with bootstrap_samples=0).
+  width = 22 if any("intervals" in e["test"] for e in results["calibrators"].values()) else 0
   lines = [f"{results['num_test']} test samples, {results['num_classes']} classes; calibrators "
            f"and conformal sets fitted on {results['num_val']} validation samples", "",
-           f"{'calibrator':<14}{'acc':>8}{'ECE':>8}{'  ECE 95 % interval':<22}{'smECE':>8}"
-           f"{'NLL':>8}{'AURC':>8}"]
+           f"{'calibrator':<14}{'acc':>8}{'ECE':>8}{'  ECE 95 % interval'[:width]:<{width}}"
+           f"{'smECE':>8}{'NLL':>8}{'AURC':>8}"]
   for name, entry in results["calibrators"].items():
     t = entry["test"]
     interval = t.get("intervals", {}).get("ece")
     span = f"  [{interval['lower']:.4f}, {interval['upper']:.4f}]" if interval else ""
-    lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<22}"
+    lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<{width}}"
                  f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
   lines += [f"{name:<14}skipped: {why}" for name, why in results.get("skipped", {}).items()]
   lines += conformal_sets.format_lines(results)

@@ -163,7 +163,7 @@ def severity_table(runs: Mapping[str, list[dict]], metric: str) -> list[str]:
 
 
 def angle_table(runs: Mapping[str, list[dict]], metric: str) -> list[str]:
-  angles = list(next(iter(runs.values()))[0]["rotate"])
+  angles = sorted(next(iter(runs.values()))[0]["rotate"], key=float)  # "105" after "15" as text
   lines = ["| row | " + " | ".join(f"{a}°" for a in angles) + " |",
            "|---|" + "---:|" * len(angles)]
   for row, models in runs.items():

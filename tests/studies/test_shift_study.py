@@ -23,7 +23,8 @@ def _shift(kind, rng, offset=0.0):
     return {"pre_temperature": pre, "post_temperature": post}
   out = {"table": "cifar10", "kind": kind, "clean": cell(0.0)}
   if kind == "rotate":
-    out["rotate"] = {str(a): cell(a / 1000) for a in range(0, 181, 15)}
+    # In text order ("105" before "15"), as a metrics.json written with sorted keys holds them.
+    out["rotate"] = {str(a): cell(a / 1000) for a in sorted(range(0, 181, 15), key=str)}
   else:
     out["corruptions"] = {n: {str(s): cell(s / 50) for s in range(1, 6)} for n in NAMES}
   return out
@@ -68,6 +69,7 @@ def test_report_from_results_in_the_eval_layout(tmp_path):
   mean, half = report.compare(runs["mbls_m6"], runs["ce"], "corruptions", "accuracy", "3")
   assert mean == pytest.approx(-0.01) and half == pytest.approx(0.0, abs=1e-9)
   assert "| ECE: LS − CE |" not in text  # rows without results are left out, not invented
+  assert "| row | 0° | 15° | 30° | 45° |" in text  # the angles in numeric order
 
 
 def test_interval_is_the_t_interval_of_the_mean():

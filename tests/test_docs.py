@@ -423,6 +423,18 @@ def test_feature_table_links_every_loss_metric_and_dataset():
   assert not missing, f"README feature table lacks a link for {missing}"
 
 
+def test_no_two_docs_files_share_a_name():
+  """A reader (and a link) told "shift.md" finds one file: the docs, the study reports under
+  docs/results and the top-level pages have distinct file names."""
+  paths = (glob.glob(os.path.join(ROOT, "*.md"))
+           + glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+  by_name = {}
+  for path in paths:
+    by_name.setdefault(os.path.basename(path), []).append(os.path.relpath(path, ROOT))
+  shared = {name: sorted(where) for name, where in by_name.items() if len(where) > 1}
+  assert not shared, f"docs files that share a name: {shared}"
+
+
 def test_readme_is_a_front_page():
   assert len(_read("README.md").splitlines()) <= 250
   assert "Status:" in _read("README.md")  # the LR Table 1 status line a person updates

@@ -24,7 +24,8 @@ ACLS (with and without the official clip) need no tuning. One run's summary is w
 redone (the summaries are committed, so the study continues across machines), and a run that
 was interrupted resumes from its checkpoint in `--workdir`. `--max_minutes` stops starting new
 runs after that long, so the study can be run in chunks. After each run the report
-`<out_dir>/label_relaxation_table1.md` and `<out_dir>/lr_table1_reliability.png` are rewritten
+`<out_dir>/label_relaxation_table1.md` (`label_relaxation_table1_sweeps.md` with `--sweeps`)
+and `<out_dir>/lr_table1_reliability.png` are rewritten
 from every summary there is (`studies.lr_table1.report`); `--readme` also writes its summary
 table into the README. Run from the repository root. Not a test: it trains models and prints
 numbers.

@@ -21,6 +21,12 @@ from studies.lr_table1.summaries import (DISPLAY, GRID_LOSSES, PAPER, SPLIT_CHEC
 from studies.lr_table1.sweep_report import sweep_notes
 
 
+# The study's report; from sweeps under another name, so that no two docs files share one (the
+# sequential study's report and the sweeps' are both committed under docs/results).
+REPORT_FILE = "label_relaxation_table1.md"
+SWEEPS_REPORT_FILE = "label_relaxation_table1_sweeps.md"
+
+
 def tuning_table(out_dir: str) -> list[str]:
   lines = ["| loss | parameter | value | val acc | val ECE |", "|---|---|---|---:|---:|"]
   for loss in GRID_LOSSES:
@@ -247,6 +253,6 @@ def write_report(out_dir: str, workdir: str, seeds: list[int]) -> str:
   if figure:
     lines += ["", f"![reliability]({os.path.basename(figure)})"]
   text = "\n".join(lines) + "\n"
-  with open(os.path.join(out_dir, "label_relaxation_table1.md"), "w") as f:
+  with open(os.path.join(out_dir, SWEEPS_REPORT_FILE if sweeps else REPORT_FILE), "w") as f:
     f.write(text)
   return text

@@ -6,7 +6,7 @@ open"): `python -m studies.shift [--phase=train|eval|report|all] [--rows=ce,ls,.
 2. eval: every member of every row, and the CE, MbLS and LR deep ensembles, under rotation
    (0-180 degrees) and the corruptions at the CIFAR-10-C table's severities, through
    `eval.py`'s own shift evaluation (resumable cell by cell);
-3. report: docs/results/shift.md, its figures and the README's summary
+3. report: docs/results/shift_study.md, its figures and the README's summary
    (`studies.shift.report`).
 
 Run from the repository root, as a background job: it trains 30 MLPs for 50 epochs each and

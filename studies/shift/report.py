@@ -1,4 +1,4 @@
-"""The shift study's report: docs/results/shift.md, its figures, and the README's summary.
+"""The shift study's report: docs/results/shift_study.md, its figures, and the README's summary.
 
 Inputs are `results["shift"]` dicts (`eval.py --shift`'s layout, `calib_jax.plotting_shift`):
 per row, one per sweep member (5 seeds), and one per deep ensemble. Numbers:
@@ -29,7 +29,7 @@ ROW_LABELS = {"ce": "CE", "ce_ts": "CE + TS", "ls": "LS", "focal": "FL", "lr": "
               "mbls_m6": "MbLS", "acls": "ACLS", "ens_ce": "CE ensemble (5)",
               "ens_mbls_m6": "MbLS ensemble (5)", "ens_lr": "LR ensemble (5)"}
 SEVERITIES = ("1", "2", "3", "4", "5")
-REPORT_FILE = "shift.md"
+REPORT_FILE = "shift_study.md"  # not shift.md: docs/shift.md is the module's docs
 BOXES_FILE = "shift_boxplots.png"
 ROTATION_FILE = "shift_rotation.png"
 README_BEGIN = "<!-- shift study: begin -->"
@@ -314,7 +314,7 @@ def update_readme(path: str, block: str) -> None:
 
 
 def write_report(workdir: str, out_dir: str, readme: str = "") -> str:
-  """Writes `<out_dir>/shift.md` and its figures from the committed results
+  """Writes `<out_dir>/shift_study.md` and its figures from the committed results
   (`<out_dir>/shift/...`, `studies.shift.run`), and with `readme` the summary between that
   file's markers; returns the report's path."""
   from calib_jax import plotting_shift  # pylint: disable=import-outside-toplevel

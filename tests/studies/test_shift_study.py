@@ -56,7 +56,7 @@ def test_report_from_results_in_the_eval_layout(tmp_path):
   line = next(l for l in block.splitlines() if l.startswith("- Does training-time"))
   assert "MbLS " in line and "LS " not in line.replace("MbLS ", ""), line
   assert sum(l.startswith("- ") for l in block.splitlines()) == 4
-  assert "(shift.md)" in block  # the report's path, relative to the README
+  assert "(shift_study.md)" in block  # the report's path, relative to the README
   assert "Rows with results: CE, CE + TS, MbLS, CE ensemble (5), MbLS ensemble (5)." in text
   assert os.path.getsize(os.path.join(out_dir, report.BOXES_FILE)) > 10_000
   assert os.path.getsize(os.path.join(out_dir, report.ROTATION_FILE)) > 10_000

@@ -59,17 +59,18 @@ def _sequential_minutes(sequential_dir: str) -> dict[str, list[float]]:
   return found
 
 
-def per_run_note(groups: dict, sequential_dir: str, num_seeds: int) -> list[str]:
-  """The whole protocol's time (every grid value, every final row on `num_seeds` seeds) at each
-  phase's median minutes per member-run, sweeps against sequential runs: the median, as both
-  ran beside other work (one sweep holds a 51-minute pause) that a mean would carry along."""
+def per_run_note(groups: dict, out_dir: str, sequential_dir: str, num_seeds: int) -> list[str]:
+  """The whole protocol's time (every grid value, every final row of `out_dir`'s tuning on
+  `num_seeds` seeds: the losses added since the sequential study too) at each phase's median
+  minutes per member-run, sweeps against sequential runs: the median, as both ran beside other
+  work (one sweep holds a 51-minute pause) that a mean would carry along."""
   ours: dict[str, list[float]] = {"tuning": [], "final": []}
   for members in groups.values():
     for variant, _, summary in members:
       ours[_phase(variant)].append(summary["seconds"] / 60)
   theirs = _sequential_minutes(sequential_dir)
   counts = {"tuning": sum(len(grid) for _, grid in study_config.GRIDS.values()),
-            "final": len(final_rows(sequential_dir)) * num_seeds}
+            "final": len({variant for _, variant, _ in final_rows(out_dir)}) * num_seeds}
   cells, whole_ours, whole_theirs = [], 0.0, 0.0
   for phase in ("tuning", "final"):
     if not ours[phase] or not theirs[phase]:
@@ -154,7 +155,7 @@ def sweep_notes(out_dir: str, sequential_dir: str = SEQUENTIAL_DIR,
     lines += ["", f"Where both exist: {total_sweep / 3600:.2f} h as sweeps against "
                   f"{total_sequential / 3600:.2f} h as sequential runs "
                   f"({total_sequential / total_sweep:.2f}x)."]
-  lines += per_run_note(groups, sequential_dir, num_seeds)
+  lines += per_run_note(groups, out_dir, sequential_dir, num_seeds)
   lines += ["", DRIFT_NOTE,
                 "", "Selections (seed 0 tuning) against the sequential study's:", ""]
   for loss in GRID_LOSSES:

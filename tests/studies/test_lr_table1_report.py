@@ -273,6 +273,15 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
            sweep=sweep, seconds=60.0)
     _write(sequential_dir, variant, 0, accuracy=0.95 - abs(value - 0.1),
            ece=0.01 + abs(value - 0.2), seconds=120.0)
+  # A loss added after the sequential study, tuned only by the sweeps (MaxSup: acc 0.01, ECE
+  # 0.05 selected): its two final rows count in the whole protocol below.
+  maxsup = study_config.GRIDS["maxsup"][1]
+  text_maxsup = "loss_kwargs.alpha=" + ",".join(f"{v:g}" for v in maxsup)
+  for index, value in enumerate(maxsup):
+    variant = f"tune,maxsup,{value:g}"
+    _write(sweeps_dir, variant, 0, accuracy=0.95 - value, ece=0.01 + abs(value - 0.05),
+           sweep={"text": text_maxsup, "member": index, "members": len(maxsup),
+                  "variant": variant, "load": 2.5}, seconds=60.0)
   _write(sweeps_dir, "final_ts,ce", 0, accuracy=0.9, ece=0.05, seconds=50.0,
          sweep={"text": "seed=0", "member": 0, "members": 1, "variant": "final_ts,ce"})
   for seed in (0, 1):  # a sweep of 2 seeds; the sequential study ran seed 0 only
@@ -287,13 +296,14 @@ def test_the_sweeps_report_compares_wall_time_and_selections_with_the_sequential
   assert any(l.startswith("Where both exist: 0.12 h as sweeps against 0.23 h") for l in lines)
   assert "- LR: acc 0.1 (the same); ece 0.3 (sequential: 0.2)." in lines
   # The whole protocol at the median minutes per member-run: 48 tuning runs (the paper's 33, 7
-  # for MaxSup and 8 for LogitNorm; 1.0 against 2.0 min) and 6 known final rows x 10 seeds
-  # (1.0 against 100 s; the pooled check left out).
+  # for MaxSup and 8 for LogitNorm; 1.0 against 2.0 min) and the sweeps' 8 known final rows
+  # (CE, CE + T, LR x 2, ACLS x 2, MaxSup x 2) x 10 seeds (1.0 against 100 s; the pooled check
+  # left out): 48 + 80 = 128 min against 96 + 133.3 = 229.3 min.
   whole = next(l for l in lines if l.startswith("Median per member-run"))
-  assert "tuning 1.0 min per member-run (7 so far) against 2.0 min per run (7 runs), 2.00x" in whole
+  assert "tuning 1.0 min per member-run (14 so far) against 2.0 min per run (7 runs), 2.00x" in whole
   assert "final 1.0 min per member-run (3 so far) against 1.7 min per run (1 runs), 1.67x" in whole
-  assert whole.endswith("(108 member-runs: 48 tuning, 60 final) at these rates: 1.8 h as sweeps "
-                        "against 3.3 h as sequential runs (1.81x).")
+  assert whole.endswith("(128 member-runs: 48 tuning, 80 final) at these rates: 2.1 h as sweeps "
+                        "against 3.8 h as sequential runs (1.79x).")
   assert sweep_report.sweep_notes(str(sequential_dir), str(sequential_dir)) == []  # no sweeps there
 
 

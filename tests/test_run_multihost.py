@@ -1,11 +1,12 @@
 """Multi-host training proven on one machine: two local processes with 4 fake CPU devices each,
 joined by `jax.distributed.initialize` (collectives over gloo), train the tiny config, as a
-single run and as a seed sweep; both processes are killed mid-run and restarted (each start a
-fresh process forked from one that imported TensorFlow and JAX once: tests/fixtures/
+single run and as a seed sweep; both processes are killed mid-run and restarted (each start two
+fresh processes forked from one that imported TensorFlow and JAX once: tests/fixtures/
 multihost_worker.py). Each process reads its own disjoint shard of the
 training split, so the global batch of a step is host 0's shard batch then host 1's: the result
 must match one process (the suite's 4 devices) fed those same global batches (to 1e-5: the
 same data-parallel step on another number of devices), and only process 0 writes the logs."""
+import collections
 import contextlib
 import json
 import os
@@ -36,65 +37,86 @@ def _free_port():
     return s.getsockname()[1]
 
 
+class _Job:
+  """The job's processes (multihost_worker.py): one process that imports once, then forks a
+  child per process of the job for each start (`_start`), fresh processes that join the job
+  and are killed or finish. Its stdout holds both children's lines, each led by its process id;
+  `next_line(i)` is process i's next."""
+
+  def __init__(self, server: subprocess.Popen):
+    self.server = server
+    self.pending = {i: collections.deque() for i in range(2)}
+
+  def next_line(self, process_id: int) -> str:
+    while not self.pending[process_id]:
+      line = self.server.stdout.readline()
+      if not line:
+        return ""
+      index, _, rest = line.partition(" ")
+      if index.isdigit():
+        self.pending[int(index)].append(rest)
+      else:  # the server's own (its imports' warnings), shown with either process's lines
+        for pending in self.pending.values():
+          pending.append(line)
+    return self.pending[process_id].popleft()
+
+
 @contextlib.contextmanager
 def _hosts(out):
-  """The job's two processes (multihost_worker.py): each imports once, then forks a child per
-  start (`_start`), a fresh process that joins the job and is killed or finishes."""
+  """The job's two processes, process i's lines read as `_read_until(job, i, ...)`."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   # One compilation cache for the job's three starts (beside their temporary folders): the
   # restarts find the programs compiled before the kill.
   cache = os.path.join(out, "multihost_jax_cache")
   env.update(PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=cache,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-  # Each in a session of its own: its process group, with its children, is ended at the end.
-  hosts = [subprocess.Popen([sys.executable, WORKER, str(i), "2", out], cwd=ROOT, env=env,
+  # In a session of its own: its process group, with its children, is ended at the end.
+  server = subprocess.Popen([sys.executable, WORKER, "2", out], cwd=ROOT, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-           for i in range(2)]
   try:
-    yield hosts
+    yield _Job(server)
   finally:
-    for host in hosts:
-      os.killpg(host.pid, signal.SIGKILL)
-      host.communicate()
+    os.killpg(server.pid, signal.SIGKILL)
+    server.communicate()
 
 
-def _read_until(host, prefix):
-  """Lines of `host` up to and with the first that starts with `prefix`; fails at `exited`."""
+def _read_until(job, process_id, prefix):
+  """Lines of process `process_id` up to and with the first that starts with `prefix`; fails
+  at `exited`."""
   seen = []
-  for line in host.stdout:
+  while line := job.next_line(process_id):
     seen.append(line)
     if line.startswith(prefix):
       return seen
     if line.startswith("exited "):
       break
-  raise AssertionError(f"no {prefix!r} line:\n" + "".join(seen)[-3000:])
+  raise AssertionError(f"no {prefix!r} line of process {process_id}:\n"
+                       + "".join(seen)[-3000:])
 
 
-def _start(hosts, runs):
-  """One start of the job training `runs` (multihost_worker.py's stdin lines) in turn: a child of
-  each process; returns their process ids."""
-  command = json.dumps({"port": _free_port(), "runs": runs}) + "\n"
-  for host in hosts:
-    host.stdin.write(command)
-    host.stdin.flush()
-  return [int(_read_until(host, "start ")[-1].split()[1]) for host in hosts]
+def _start(job, runs):
+  """One start of the job training `runs` (multihost_worker.py's stdin lines) in turn: a child
+  per process; returns their process ids."""
+  job.server.stdin.write(json.dumps({"port": _free_port(), "runs": runs}) + "\n")
+  job.server.stdin.flush()
+  return [int(_read_until(job, i, "start ")[-1].split()[1]) for i in range(2)]
 
 
-def _kill_when_paused(hosts, runs, workdir):
+def _kill_when_paused(job, runs, workdir):
   """Starts `runs`, waits until both children paused before batch 10 of the run in `workdir`,
   once its checkpoint 8 is on disk, and kills them there (SIGKILL); returns what each printed
   until then."""
-  children = _start(hosts, runs)
-  logs = ["".join(_read_until(host, "paused before batch 10")) for host in hosts]
+  children = _start(job, runs)
+  logs = ["".join(_read_until(job, i, "paused before batch 10")) for i in range(2)]
   step_dir = os.path.join(checkpoint.checkpoint_dir(workdir), "8")
   deadline = time.monotonic() + 120  # The asynchronous save of step 8 commits in the background.
   while not os.path.isdir(step_dir) and time.monotonic() < deadline:
     time.sleep(0.1)
   for child in children:
     os.kill(child, signal.SIGKILL)
-  for host in hosts:
-    assert _read_until(host, "exited ")[-1] == f"exited {-signal.SIGKILL}\n"
+  for i in range(2):
+    assert _read_until(job, i, "exited ")[-1] == f"exited {-signal.SIGKILL}\n"
   assert checkpoint.Checkpointer(workdir, read_only=True).all_steps() == [8]
   return logs
 
@@ -144,11 +166,11 @@ def test_two_processes_train_like_one_and_resume_after_a_kill(tmp_path, monkeypa
   out = str(tmp_path)
   single = {"name": "single", "workdir": str(tmp_path / "run"), "overrides": {}}
   sweep = {"name": "sweep", "workdir": str(tmp_path / "sweep_run"), "overrides": SWEEP}
-  with _hosts(out) as hosts:
-    _kill_when_paused(hosts, [dict(single, pause_at=10)], single["workdir"])
-    single_logs = _kill_when_paused(hosts, [single, dict(sweep, pause_at=10)], sweep["workdir"])
-    _start(hosts, [sweep])
-    sweep_logs = ["".join(_read_until(host, "exited ")) for host in hosts]
+  with _hosts(out) as job:
+    _kill_when_paused(job, [dict(single, pause_at=10)], single["workdir"])
+    single_logs = _kill_when_paused(job, [single, dict(sweep, pause_at=10)], sweep["workdir"])
+    _start(job, [sweep])
+    sweep_logs = ["".join(_read_until(job, i, "exited ")) for i in range(2)]
   assert [log.splitlines()[-1] for log in sweep_logs] == ["exited 0"] * 2, (
       "\n".join(x[-3000:] for x in sweep_logs))
   monkeypatch.setattr(experiment_data.DataRecipe, "train_stream", _host_sharded_stream)

@@ -62,6 +62,10 @@ def test_segmentation_eval(tmp_path, tiny_fcn):
   seg.eval.pnorm_candidates = (2,)  # One AURC per candidate p on the sampled pixels.
   # One image's confidence maps, not 4: the drawing itself is test_evaluation_maps.py's.
   seg.eval.seg_map_images = 1
+  # No intervals: nothing here reads them, and the sampled pixels reach the toolkit as [N, C]
+  # logits, whose intervals test_evaluation_toolkit.py (a run's report) and
+  # test_evaluation_predictions.py check; their programs were ~1/4 of this test's CPU.
+  seg.eval.bootstrap_samples = 0
   loop.train_and_evaluate(seg, str(tmp_path / "seg"))
   results = evaluation.evaluate_run(seg, str(tmp_path / "seg"))
   assert 0.0 <= results["pre_temperature"]["miou"] <= 1.0

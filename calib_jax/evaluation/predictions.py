@@ -104,11 +104,11 @@ def confidence_scores(logits: jax.Array, pnorm_p: float | None, *,
   `of_ensemble`: `logits` are an ensemble's `log p̄`, whose `energy` is `logsumexp(log p̄) = 0`
   for every sample: only its rounding would be ranked (an AUROC of noise), so it is left out."""
   scores = {"msp": posthoc.msp(logits), "max_logit": posthoc.max_logit(logits),
-            "neg_entropy": posthoc.neg_entropy(logits), "energy": posthoc.energy(logits),
-            "pnorm": (posthoc.msp(logits) if pnorm_p is None
-                      else posthoc.max_logit_pnorm(logits, pnorm_p))}
-  if of_ensemble:
-    del scores["energy"]
+            "neg_entropy": posthoc.neg_entropy(logits)}
+  if not of_ensemble:
+    scores["energy"] = posthoc.energy(logits)
+  scores["pnorm"] = (posthoc.msp(logits) if pnorm_p is None
+                     else posthoc.max_logit_pnorm(logits, pnorm_p))
   return scores
 
 
@@ -267,7 +267,8 @@ def _dispatched(val_logits: Any, val_labels: Any, test_logits: Any, test_labels:
       "num_classes": int(val_x.shape[1]), "num_bins": num_bins,
       "bootstrap_samples": bootstrap_samples, "calibrators": report,
       "pnorm_p": pnorm_p,
-      "failure": _detection(confidence_scores(test_x, pnorm_p, of_ensemble=bool(members)), wrong),
+      "failure": _detection(confidence_scores(test_x, pnorm_p, of_ensemble=bool(members)),
+                            wrong),
   }
   if skipped:
     results["skipped"] = skipped

@@ -61,7 +61,7 @@ def member_results(stacked: Any, labels: Any, num_bins: int) -> dict[str, Any]:
           "mean_member": {k: float(np.mean(per_member[k])) for k in MEMBER_KEYS}}
 
 
-# Jitted, as `_select` below: outside `jit`, each member's softmax, max, argmax and comparison
+# Jitted, as `_select` below: outside `jit`, each member's softmax, confidence and correctness
 # would compile one-operation programs of their own per shape (~20-60 ms each).
 @jax.jit
 def _member_aurcs(stacked: Any, labels: Any) -> jax.Array:
@@ -69,8 +69,7 @@ def _member_aurcs(stacked: Any, labels: Any) -> jax.Array:
   labels = jnp.asarray(labels, jnp.int32)
 
   def one(logits):
-    probs = jax.nn.softmax(logits, -1)
-    return metrics.aurc(jnp.max(probs, -1), jnp.argmax(probs, -1) == labels)
+    return metrics.aurc(*metrics.confidence_and_correct(jax.nn.softmax(logits, -1), labels))
   return jax.lax.map(one, jnp.asarray(stacked, jnp.float32))
 
 

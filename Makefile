@@ -53,27 +53,30 @@ $(TPU_STAMP): $(STAMP)
 # also with XLA:CPU's cheaper emitters (CALIB_JAX_TESTS_COMPILER=fast), the second with its
 # default ones the tests that assert two different programs' bits equal (collected from the
 # files that mark any: collecting all of tests/ again costs each worker ~10 s); the dry-run
-# tests compile for TPU at the default level, as a user's dry run does. The last two run side
-# by side (a third process fills the second pass's start-up and tail); the dry-run tests'
-# output is shown after the second pass's, and either one failing fails `make test`.
-# .venv-tpu is installed while the first pass runs (its log is shown only if it fails).
+# tests compile for TPU at the default level, as a user's dry run does.
+# The second pass and the dry-run tests (once .venv-tpu is installed) start with the first, at
+# the lowest priority: they take only the CPU the first pass leaves (3-10 % of a whole run: its
+# workers waiting on the programs they start, and its last tests, when one worker is done) and
+# have both cores once it ends, instead of starting after it (66 s more on the 2-core machine,
+# 2026-11-28). Their output is shown after the first pass's; any of the three failing (or the
+# install of .venv-tpu) fails `make test`.
 # (Through SUBMAKE: a recipe line naming $$(MAKE) runs even under `make -n`.)
 SUBMAKE = $(MAKE)
 EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)
 test: $(STAMP)
-	tpu_log=$$(mktemp); $(SUBMAKE) --no-print-directory $(TPU_STAMP) > $$tpu_log 2>&1 & tpu=$$!; \
+	exact_log=$$(mktemp); dry_log=$$(mktemp); \
+	nice -n 19 $(PY) -m pytest -n 2 --dist worksteal -q -p no:cacheprovider $(EXACT_FILES) \
+	    -m exact_across_programs > $$exact_log 2>&1 & exact=$$!; \
+	{ $(SUBMAKE) --no-print-directory $(TPU_STAMP) || { echo "installing $(TPU_VENV) failed"; exit 1; }; \
+	  JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+	    nice -n 19 $(TPU_PY) -m pytest -q -p no:cacheprovider tests/test_dry_run.py; \
+	} > $$dry_log 2>&1 & dry=$$!; \
 	CALIB_JAX_TESTS_COMPILER=fast $(PY) -m pytest -n 2 --dist worksteal -q tests \
 	    --ignore=tests/test_dry_run.py -m "not exact_across_programs"; first_status=$$?; \
-	wait $$tpu || { echo "installing $(TPU_VENV) failed:"; cat $$tpu_log; exit 1; }; \
-	rm -f $$tpu_log; test $$first_status -eq 0
-	dry_log=$$(mktemp); \
-	JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-	    $(TPU_PY) -m pytest -q -p no:cacheprovider tests/test_dry_run.py > $$dry_log 2>&1 & \
-	dry=$$!; \
-	$(PY) -m pytest -n 2 --dist worksteal -q $(EXACT_FILES) -m exact_across_programs; \
-	exact_status=$$?; wait $$dry; dry_status=$$?; \
-	echo "tests/test_dry_run.py (.venv-tpu):"; cat $$dry_log; rm -f $$dry_log; \
-	test $$exact_status -eq 0 && test $$dry_status -eq 0
+	wait $$exact; exact_status=$$?; wait $$dry; dry_status=$$?; \
+	echo "tests marked exact_across_programs (XLA's default CPU emitters):"; cat $$exact_log; \
+	echo "tests/test_dry_run.py (.venv-tpu):"; cat $$dry_log; rm -f $$exact_log $$dry_log; \
+	test $$first_status -eq 0 && test $$exact_status -eq 0 && test $$dry_status -eq 0
 
 demo: $(STAMP)
 	$(PY) -m calib_jax.demo

@@ -126,12 +126,19 @@ def trained_sweep(tmp_path_factory):
   return config, state, tmp_path
 
 
-def test_each_member_trains_like_its_single_run(trained_sweep):
+def test_members_train_like_their_single_runs(trained_sweep):
+  """Members 0 and 3 of the 2 x 2 grid (margin 2 with seed 0, margin 10 with seed 1: they
+  differ in both), each against its single run over 8 devices; every member of a sweep against
+  its single run, bit for bit on one device: `test_on_one_device_each_member_is_its_single_run_
+  bit_for_bit`."""
   config, state, tmp_path = trained_sweep
   parsed = sweep.parse(config)
   records = reporting.read_metrics(str(tmp_path / "sweep"))
   result = summary.read(str(tmp_path / "sweep"))
-  for index, overrides in enumerate(parsed.members):
+  assert [parsed.members[i] for i in (0, 3)] == [
+      {"loss_kwargs.margin": 2.0, "seed": 0}, {"loss_kwargs.margin": 10.0, "seed": 1}]
+  for index in (0, 3):
+    overrides = parsed.members[index]
     workdir = str(tmp_path / f"single{index}")
     single = loop.train_and_evaluate(sweep.member_config(config, overrides), workdir)
     # To rounding: over 8 data-parallel devices the unrolled program may sum the gradients'

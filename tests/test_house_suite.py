@@ -40,11 +40,16 @@ def test_the_fast_compiler_refuses_to_collect_a_test_of_bits_across_programs(mon
 def test_make_test_runs_the_marked_tests_in_a_pass_of_their_own():
   with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
     recipe = f.read().split("\ntest:", 1)[1].split("\n\n", 1)[0]
-  passes = [line for line in recipe.replace("\\\n", " ").splitlines() if "pytest" in line]
+  # The recipe's shell commands: its lines joined, split at `;` and at `&` (not `&&`, `2>&1`).
+  commands = re.split(r";|(?<![&>])&(?![&>])", recipe.replace("\\\n", " "))
+  passes = [command.strip() for command in commands if "pytest" in command]
   fast = [p for p in passes if "CALIB_JAX_TESTS_COMPILER=fast" in p]
   exact = [p for p in passes if re.search(r"-m exact_across_programs\b", p)]
   assert len(fast) == 1 and '-m "not exact_across_programs"' in fast[0]
   assert len(exact) == 1 and "CALIB_JAX_TESTS_COMPILER" not in exact[0]
+  # The second pass and the dry-run tests take only the CPU that the first pass leaves.
+  assert exact[0].startswith("nice -n 19 ")
+  assert [p for p in passes if "test_dry_run.py" in p and "nice -n 19 " in p]
   # The second pass collects the files that mark such a test (grep finds every one of them).
   assert "$(EXACT_FILES)" in exact[0]
   with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:

@@ -28,10 +28,15 @@ import pytest
 # *different* programs of one computation as the default emitters do, and some tests assert
 # exactly that (a k-step scan against k calls, a sweep member against its single run): they are
 # marked `exact_across_programs` and run with the default emitters (make test's second pass).
+# The fast compiler also emits each program as one LLVM module, not split into parts compiled
+# by a thread each: with a program per core already (two workers on two cores), the split's
+# overhead was 6 % of the CPU (paired runs of the bootstrap, toolkit and loss-training tests:
+# 111 and 115 CPU-s against 121 and 120, 2026-11-28).
 DEFAULT_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 EMITTERS_OFF = "--xla_cpu_use_fusion_emitters=false"
 FAST_COMPILE_FLAGS = (f"{DEFAULT_COMPILE_FLAGS} {EMITTERS_OFF}"
-                      " --xla_llvm_disable_expensive_passes=true")
+                      " --xla_llvm_disable_expensive_passes=true"
+                      " --xla_cpu_parallel_codegen_split_count=1")
 NUM_DEVICES = 4
 COMPILER = os.environ.get("CALIB_JAX_TESTS_COMPILER", "default")
 if COMPILER not in ("default", "fast"):

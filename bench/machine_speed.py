@@ -5,7 +5,9 @@ The 2-core CPU VM this project is measured on has run the same code up to 1.5x s
 time than at another with nothing else running on it (a fresh clone's `make test` took 744-838 s
 in the small hours of 2026-11-28 and 533 s at 05:00 on nearly the same code; `eval.py
 --predictions` on 50,000 x 1,000 30.5-33.0 s, then 22.0 s): an "idle" number means little
-without this probe beside it. Each workload is timed `--repeats` times; the minimum is printed:
+without this probe beside it. The VM is not always on the same kind of host either (an AMD EPYC with
+AVX2 on 2026-11-23, an Intel Xeon with AVX-512 and 300 MiB of L3 on 2026-11-28): the line ends
+with the CPU's model and its L3 as the kernel reports them. Each workload is timed `--repeats` times; the minimum is printed:
 
 * `python`: a pure-Python loop (the host side of a run: tracing, pytest, argument parsing);
 * `numpy`: float32 matrix products on one thread (the arithmetic of a run on XLA:CPU);
@@ -50,6 +52,23 @@ def _compile(salt: int) -> None:
   jax.jit(chain).lower(jnp.zeros((8, 128))).compile()
 
 
+def _cpu() -> str:
+  """The CPU's model name and L3 size from /proc/cpuinfo and sysfs ('?' where not readable)."""
+  model = "?"
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      model = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), "?")
+  except OSError:
+    pass
+  try:
+    with open("/sys/devices/system/cpu/cpu0/cache/index3/size", encoding="utf-8") as f:
+      l3 = f.read().strip()
+  except OSError:
+    l3 = "?"
+  return f"{model}, L3 {l3}"
+
+
 def _best(fn, repeats: int, *args) -> float:
   seconds = []
   for r in range(repeats):
@@ -67,7 +86,7 @@ def main(argv):
   load = " ".join(f"{x:.2f}" for x in os.getloadavg())
   print(f"machine speed (min of {repeats}): python {_best(_python_loop, repeats):.2f} s, "
         f"numpy {_best(_numpy_products, repeats):.2f} s, compile {compile_seconds:.2f} s; "
-        f"1-min load {load}")
+        f"1-min load {load}; {os.cpu_count()} x {_cpu()}")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ $(TPU_STAMP): $(STAMP)
 # workers waiting on the programs they start, and its last tests, when one worker is done) and
 # have both cores once it ends, instead of starting after it (66 s more on the 2-core machine,
 # 2026-11-28). Their output is shown after the first pass's; any of the three failing (or the
-# install of .venv-tpu) fails `make test`.
+# install of .venv-tpu, whose log is shown only then) fails `make test`.
 # (Through SUBMAKE: a recipe line naming $$(MAKE) runs even under `make -n`.)
 SUBMAKE = $(MAKE)
 EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)
@@ -67,7 +67,9 @@ test: $(STAMP)
 	exact_log=$$(mktemp); dry_log=$$(mktemp); \
 	nice -n 19 $(PY) -m pytest -n 2 --dist worksteal -q -p no:cacheprovider $(EXACT_FILES) \
 	    -m exact_across_programs > $$exact_log 2>&1 & exact=$$!; \
-	{ $(SUBMAKE) --no-print-directory $(TPU_STAMP) || { echo "installing $(TPU_VENV) failed"; exit 1; }; \
+	tpu_log=$$(mktemp); \
+	{ $(SUBMAKE) --no-print-directory $(TPU_STAMP) > $$tpu_log 2>&1 \
+	    || { echo "installing $(TPU_VENV) failed:"; cat $$tpu_log; exit 1; }; \
 	  JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
 	    nice -n 19 $(TPU_PY) -m pytest -q -p no:cacheprovider tests/test_dry_run.py; \
 	} > $$dry_log 2>&1 & dry=$$!; \
@@ -75,7 +77,7 @@ test: $(STAMP)
 	    --ignore=tests/test_dry_run.py -m "not exact_across_programs"; first_status=$$?; \
 	wait $$exact; exact_status=$$?; wait $$dry; dry_status=$$?; \
 	echo "tests marked exact_across_programs (XLA's default CPU emitters):"; cat $$exact_log; \
-	echo "tests/test_dry_run.py (.venv-tpu):"; cat $$dry_log; rm -f $$exact_log $$dry_log; \
+	echo "tests/test_dry_run.py (.venv-tpu):"; cat $$dry_log; rm -f $$exact_log $$dry_log $$tpu_log; \
 	test $$first_status -eq 0 && test $$exact_status -eq 0 && test $$dry_status -eq 0
 
 demo: $(STAMP)

@@ -5,9 +5,10 @@ The 2-core CPU VM this project is measured on has run the same code up to 1.5x s
 time than at another with nothing else running on it (a fresh clone's `make test` took 744-838 s
 in the small hours of 2026-11-28 and 533 s at 05:00 on nearly the same code; `eval.py
 --predictions` on 50,000 x 1,000 30.5-33.0 s, then 22.0 s): an "idle" number means little
-without this probe beside it. The VM is not always on the same kind of host either (an AMD EPYC with
-AVX2 on 2026-11-23, an Intel Xeon with AVX-512 and 300 MiB of L3 on 2026-11-28): the line ends
-with the CPU's model and its L3 as the kernel reports them. Each workload is timed `--repeats` times; the minimum is printed:
+without this probe beside it. The VM is not always on the same kind of host either (an AMD
+EPYC with AVX2 on 2026-11-23, an Intel Xeon with AVX-512 and 300 MiB of L3 on 2026-11-28): the
+line ends with the CPU's model and its L3 as the kernel reports them. Each workload is timed
+`--repeats` times; the minimum is printed:
 
 * `python`: a pure-Python loop (the host side of a run: tracing, pytest, argument parsing);
 * `numpy`: float32 matrix products on one thread (the arithmetic of a run on XLA:CPU);

@@ -149,8 +149,8 @@ SLOW_MODULES = ("test_run_multihost", "test_sweep", "test_cli_console", "test_do
                 "test_models_torch_weights", "test_losses", "test_run_loop", "test_shift",
                 "test_models_torch_import", "test_evaluation_maps", "test_cli_train",
                 "test_calibrators_report",
-                # Each with a test of 7-19 CPU-s (a run's per-test CPU, 2026-11-28): among
-                # the quick tests, one of them was the last minute of a run, one worker idle.
+                # Each with a test of 7-19 CPU-s (a run's per-test CPU, 2026-11-28): left
+                # among the quick tests, one of them could be a run's last test, one worker idle.
                 "test_evaluation_predictions_intervals", "test_losses_training",
                 "test_data_offline", "test_program_store", "test_metrics_bootstrap",
                 "test_config_errors")

@@ -128,9 +128,9 @@ def trained_sweep(tmp_path_factory):
 
 def test_members_train_like_their_single_runs(trained_sweep):
   """Members 0 and 3 of the 2 x 2 grid (margin 2 with seed 0, margin 10 with seed 1: they
-  differ in both), each against its single run over 8 devices; every member of a sweep against
-  its single run, bit for bit on one device: `test_on_one_device_each_member_is_its_single_run_
-  bit_for_bit`."""
+  differ in both), each against its single run on the suite's 4 devices. Every member of a
+  sweep is checked against its single run, bit for bit on one device, in
+  `test_on_one_device_each_member_is_its_single_run_bit_for_bit`."""
   config, state, tmp_path = trained_sweep
   parsed = sweep.parse(config)
   records = reporting.read_metrics(str(tmp_path / "sweep"))
@@ -141,7 +141,7 @@ def test_members_train_like_their_single_runs(trained_sweep):
     overrides = parsed.members[index]
     workdir = str(tmp_path / f"single{index}")
     single = loop.train_and_evaluate(sweep.member_config(config, overrides), workdir)
-    # To rounding: over 8 data-parallel devices the unrolled program may sum the gradients'
+    # To rounding: over the 4 data-parallel devices the unrolled program may sum the gradients'
     # all-reduce in another order than the single run's (bit for bit on one device, below).
     for got, want in zip(_member_leaves(state, index), _leaves(single), strict=True):
       np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)

@@ -296,6 +296,8 @@ def test_class_conditional_sets_are_mondrian_fits_and_skipped_per_alpha(arrays):
                        "saps@0.05", "saps-class@0.1"]
   assert results["skipped"]["conformal-class@0.05"].startswith(
       "class 2 has 12 calibration samples, too few for conditional='class' at alpha=0.05")
+  # A name wider than the table's column keeps a space before its reason.
+  assert "\nconformal-class@0.05 skipped: class 2 has 12" in predictions.format_table(results)
   test_p, test_y = jax.nn.softmax(arrays["test_logits"], -1), arrays["test_labels"]
   for key, kw in (("thr-class@0.1", {"conditional": "class"}), ("saps@0.05", {}),
                   ("raps@0.1", {}), ("raps-class@0.1", {"conditional": "class"})):

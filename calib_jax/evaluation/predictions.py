@@ -296,7 +296,8 @@ def format_table(results: dict[str, Any]) -> str:
     span = f"  [{interval['lower']:.4f}, {interval['upper']:.4f}]" if interval else ""
     lines.append(f"{name:<14}{t['accuracy']:>8.4f}{t['ece']:>8.4f}{span:<{width}}"
                  f"{t['smooth_ece']:>8.4f}{t['nll']:>8.4f}{t['aurc']:>8.4f}")
-  lines += [f"{name:<14}skipped: {why}" for name, why in results.get("skipped", {}).items()]
+  # One space at least: a name as long as the column ("conformal-class@0.05") ran into "skipped".
+  lines += [f"{name:<13} skipped: {why}" for name, why in results.get("skipped", {}).items()]
   lines += conformal_sets.format_lines(results)
   for part, title in (("failure", "wrong predictions"), ("ood", "OOD vs test")):
     if part in results:

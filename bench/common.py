@@ -1,5 +1,5 @@
 """What the speed scripts of bench/ share: the synthetic probabilities, the timer, the machine
-line (CPU, versions and load average), numpy's binned ECE and the logits of the post-hoc fits
+line (CPU, versions and load average) and the CPU's model and L3, numpy's binned ECE and the logits of the post-hoc fits
 (not a program)."""
 import os
 import platform
@@ -56,14 +56,28 @@ def median_seconds(fn, repeats: int, compiled: bool = True) -> float:
   return statistics.median(times)
 
 
-def machine() -> str:
-  cpu = platform.processor() or "unknown CPU"
+def cpu_models() -> list[str]:
+  """The model name of each logical core, from /proc/cpuinfo (empty where not readable)."""
   try:
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    cpu = f"{names[0]} x{len(names)} logical cores" if names else cpu
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      return [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
   except OSError:
-    pass
+    return []
+
+
+def l3_size() -> str:
+  """The L3 cache's size as sysfs reports it (`307200K`), '?' where not readable."""
+  try:
+    with open("/sys/devices/system/cpu/cpu0/cache/index3/size", encoding="utf-8") as f:
+      return f.read().strip()
+  except OSError:
+    return "?"
+
+
+def machine() -> str:
+  names = cpu_models()
+  cpu = (f"{names[0]} x{len(names)} logical cores" if names
+         else platform.processor() or "unknown CPU")
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   return (f"{cpu}; jax {jax.__version__} ({jax.default_backend()}), numpy {np.__version__}; "
           f"1-min load average at start {load:.1f}")

@@ -27,6 +27,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
+from common import cpu_models, l3_size  # noqa: E402  (bench/ is the script's folder)
 
 _REPEATS = flags.DEFINE_integer("repeats", 3, "times each workload runs; the minimum is printed")
 
@@ -53,23 +54,6 @@ def _compile(salt: int) -> None:
   jax.jit(chain).lower(jnp.zeros((8, 128))).compile()
 
 
-def _cpu() -> str:
-  """The CPU's model name and L3 size from /proc/cpuinfo and sysfs ('?' where not readable)."""
-  model = "?"
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      model = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), "?")
-  except OSError:
-    pass
-  try:
-    with open("/sys/devices/system/cpu/cpu0/cache/index3/size", encoding="utf-8") as f:
-      l3 = f.read().strip()
-  except OSError:
-    l3 = "?"
-  return f"{model}, L3 {l3}"
-
-
 def _best(fn, repeats: int, *args) -> float:
   seconds = []
   for r in range(repeats):
@@ -87,7 +71,7 @@ def main(argv):
   load = " ".join(f"{x:.2f}" for x in os.getloadavg())
   print(f"machine speed (min of {repeats}): python {_best(_python_loop, repeats):.2f} s, "
         f"numpy {_best(_numpy_products, repeats):.2f} s, compile {compile_seconds:.2f} s; "
-        f"1-min load {load}; {os.cpu_count()} x {_cpu()}")
+        f"1-min load {load}; {os.cpu_count()} x {(cpu_models() or ['?'])[0]}, L3 {l3_size()}")
 
 
 if __name__ == "__main__":

@@ -58,14 +58,15 @@ $(TPU_STAMP): $(STAMP)
 # the lowest priority: they take only the CPU the first pass leaves (3-10 % of a whole run: its
 # workers waiting on the programs they start, and its last tests, when one worker is done) and
 # have both cores once it ends, instead of starting after it (66 s more on the 2-core machine,
-# 2026-11-28). Their output is shown after the first pass's; any of the three failing (or the
-# install of .venv-tpu, whose log is shown only then) fails `make test`.
+# 2026-11-28). The second pass is one process, not two workers: 131 CPU-s against 137 (its
+# files collected once). Their output is shown after the first pass's; any of the three
+# failing (or the install of .venv-tpu, whose log is shown only then) fails `make test`.
 # (Through SUBMAKE: a recipe line naming $$(MAKE) runs even under `make -n`.)
 SUBMAKE = $(MAKE)
 EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)
 test: $(STAMP)
 	exact_log=$$(mktemp); dry_log=$$(mktemp); \
-	nice -n 19 $(PY) -m pytest -n 2 --dist worksteal -q -p no:cacheprovider $(EXACT_FILES) \
+	nice -n 19 $(PY) -m pytest -q -p no:cacheprovider $(EXACT_FILES) \
 	    -m exact_across_programs > $$exact_log 2>&1 & exact=$$!; \
 	tpu_log=$$(mktemp); \
 	{ $(SUBMAKE) --no-print-directory $(TPU_STAMP) > $$tpu_log 2>&1 \

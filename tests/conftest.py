@@ -22,21 +22,23 @@ import pytest
 # The tests' programs are small and run a few steps, so compiling them is most of their time.
 # XLA's backend optimisation level 0 takes ~13 % less CPU (paired runs of the evaluation tests);
 # it changes how fast the code runs, not what it computes. `CALIB_JAX_TESTS_COMPILER=fast` (what
-# `make test` sets for its first pass) also turns XLA:CPU's fusion emitters and LLVM's expensive
-# passes off: 44 % less CPU than level 0 alone (paired runs of the evaluation, loop and loss
-# tests, 2026-11-27). Those emit other, equally exact arithmetic, but not the same bits for two
+# `make test` sets for its first pass) also turns XLA:CPU's fusion emitters off: 44 % less CPU
+# with the other flags below the same (158 CPU-s against 280 for the prediction-report,
+# bootstrap, loss and calibrator tests, 2026-11-28). Those emit other, equally exact arithmetic, but not the same bits for two
 # *different* programs of one computation as the default emitters do, and some tests assert
 # exactly that (a k-step scan against k calls, a sweep member against its single run): they are
 # marked `exact_across_programs` and run with the default emitters (make test's second pass).
-# The fast compiler also emits each program as one LLVM module, not split into parts compiled
-# by a thread each: with a program per core already (two workers on two cores), the split's
-# overhead was 6 % of the CPU (paired runs of the bootstrap, toolkit and loss-training tests:
-# 111 and 115 CPU-s against 121 and 120, 2026-11-28).
-DEFAULT_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
+# Both compilers emit each program as one LLVM module, not split into parts compiled by a
+# thread each: with a program per core already (two workers on two cores), the split's overhead
+# was 6 % of the CPU (paired runs of the bootstrap, toolkit and loss-training tests: 111 and 115
+# CPU-s against 121 and 120, 2026-11-28). Both also turn LLVM's expensive passes off: with the
+# default emitters that keeps the exact_across_programs tests' bits equal (all of them passed)
+# and took 116 CPU-s against 124 for the 14 tests in one process (2026-11-28).
+DEFAULT_COMPILE_FLAGS = ("--xla_backend_optimization_level=0"
+                         " --xla_llvm_disable_expensive_passes=true"
+                         " --xla_cpu_parallel_codegen_split_count=1")
 EMITTERS_OFF = "--xla_cpu_use_fusion_emitters=false"
-FAST_COMPILE_FLAGS = (f"{DEFAULT_COMPILE_FLAGS} {EMITTERS_OFF}"
-                      " --xla_llvm_disable_expensive_passes=true"
-                      " --xla_cpu_parallel_codegen_split_count=1")
+FAST_COMPILE_FLAGS = f"{DEFAULT_COMPILE_FLAGS} {EMITTERS_OFF}"
 NUM_DEVICES = 4
 COMPILER = os.environ.get("CALIB_JAX_TESTS_COMPILER", "default")
 if COMPILER not in ("default", "fast"):

@@ -112,12 +112,26 @@ def test_the_cli_measures_on_local_devices_against_a_named_chips_figures():
                       r"[\d.]+x that; [\d.]+ GiB per chip; compiled in [\d.]+ s", line), line
 
 
-def test_the_cli_without_an_accelerator_or_a_chip_is_one_line():
-  result = _dry_run_cli("--measure")
+# The program run as `python -m`, then (at exit, whatever its status) one line on stderr naming
+# the heavy packages it imported.
+_REPORTING_IMPORTS = ("import atexit, runpy, sys\n"
+                      "atexit.register(lambda: print('imported:', sorted(m for m in ('tensorflow', "
+                      "'flax', 'orbax') if m in sys.modules), file=sys.stderr))\n"
+                      "sys.argv[0] = 'calib_jax.dry_run'\n"
+                      "runpy.run_module('calib_jax.dry_run', run_name='__main__', alter_sys=True)")
+
+
+def test_the_cli_without_an_accelerator_or_a_chip_is_one_line_before_the_heavy_imports():
+  """Refused first, before the config's model or TensorFlow is imported (1 s, not 9)."""
+  result = subprocess.run([sys.executable, "-c", _REPORTING_IMPORTS, "--config=configs/default.py",
+                           "--measure"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
   assert result.returncode == 1
-  assert result.stderr.strip().splitlines()[-1].startswith(
+  lines = result.stderr.strip().splitlines()
+  assert lines[-2].startswith(
       "dry_run: --measure times the train step on this machine's accelerator, and JAX sees "
-      "only the CPU here")
+      "only the CPU here"), result.stderr[-2000:]
+  assert lines[-1] == "imported: []", result.stderr[-2000:]
 
 
 def test_measure_is_read_from_argv_as_absl_reads_a_boolean_flag(monkeypatch):

@@ -183,6 +183,7 @@ _DEFERRABLE = ("tensorflow", "tensorflow_datasets", "torch", "safetensors", "mat
                "sklearn", "PIL", "libtpu", "jax_cuda12_plugin", "jax.experimental.topologies",
                "jax._src", "clu", "jax", "calib_jax.data", "calib_jax.experiment",
                "calib_jax.evaluation", "calib_jax.run", "calib_jax.dry_run.measure",
+               "calib_jax.dry_run.api",
                "calib_jax.plotting", "calib_jax.plotting_maps",
                # JAX's (and orbax/tensorstore's) native logging, started by the programs after
                # TensorFlow's log level is set

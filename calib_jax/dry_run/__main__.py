@@ -35,7 +35,7 @@ if not measure_requested(sys.argv[1:]):
 
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from calib_jax.dry_run import api  # pylint: disable=wrong-import-position
+from calib_jax.dry_run import topologies  # pylint: disable=wrong-import-position
 from calib_jax.cli import flags as cli_flags  # pylint: disable=wrong-import-position
 
 TOPOLOGY = flags.DEFINE_string(
@@ -67,34 +67,38 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if MEASURE.value:
     try:
-      print(_measured(cli_flags.config(), _config_name(sys.argv)), flush=True)
+      print(_measured(_config_name(sys.argv)), flush=True)
     except ValueError as e:
       sys.exit(f"dry_run: {e}")
     return
   if not TOPOLOGY.value:
     raise app.UsageError("--topology is required (e.g. --topology=v5e:2x2)")
+  # Deferred, as `measure` in `_measured`: these import the experiment and TensorFlow (~7 s), which
+  # a `--measure` refused on a machine without an accelerator never needs.
+  from calib_jax.dry_run import api  # pylint: disable=import-outside-toplevel
   try:
     result = api.dry_run(cli_flags.config(), TOPOLOGY.value, config_name=_config_name(sys.argv),
                          num_train_examples=NUM_TRAIN_EXAMPLES.value,
                          eval_step=EVAL_STEP.value, find_max_batch=FIND_MAX_BATCH.value)
-  except (ValueError, api.MissingCompilerError) as e:
+  except (ValueError, topologies.MissingCompilerError) as e:
     sys.exit(f"dry_run: {e}")
   print(api.report.text(result), flush=True)
   if JSON.value:
     api.report.write_json(result, JSON.value)
 
 
-def _measured(config, config_name: str) -> str:
-  """`--measure`: the train step timed on the local devices, as one line."""
-  from calib_jax.dry_run import measure  # pylint: disable=import-outside-toplevel
+def _measured(config_name: str) -> str:
+  """`--measure`: the train step timed on the local devices, as one line. Without a chip to
+  name and without an accelerator it is refused first, in about a second (JAX's import)."""
   import jax  # pylint: disable=import-outside-toplevel
-  chip = api.topologies.parse(TOPOLOGY.value)[0] if TOPOLOGY.value else None
+  chip = topologies.parse(TOPOLOGY.value)[0] if TOPOLOGY.value else None
   if chip is None and jax.devices()[0].platform == "cpu":
     raise ValueError("--measure times the train step on this machine's accelerator, and JAX "
                      "sees only the CPU here: run it on the GPU host or TPU VM (or give "
                      "--topology to time the CPU against that chip's figures)")
+  from calib_jax.dry_run import measure  # pylint: disable=import-outside-toplevel
   topology = measure.local_topology(chip)
-  m = measure.measure_config(config, topology, steps_per_call=STEPS_PER_CALL.value,
+  m = measure.measure_config(cli_flags.config(), topology, steps_per_call=STEPS_PER_CALL.value,
                              num_train_examples=NUM_TRAIN_EXAMPLES.value)
   roofline = (f"roofline {m.roofline_seconds * 1e3:.3f} ms, measured {m.over_roofline:.2f}x "
               f"that" if m.roofline_seconds else "no roofline (no cost analysis)")

@@ -24,10 +24,11 @@ import pytest
 # it changes how fast the code runs, not what it computes. `CALIB_JAX_TESTS_COMPILER=fast` (what
 # `make test` sets for its first pass) also turns XLA:CPU's fusion emitters off: 44 % less CPU
 # with the other flags below the same (158 CPU-s against 280 for the prediction-report,
-# bootstrap, loss and calibrator tests, 2026-11-28). Those emit other, equally exact arithmetic, but not the same bits for two
-# *different* programs of one computation as the default emitters do, and some tests assert
-# exactly that (a k-step scan against k calls, a sweep member against its single run): they are
-# marked `exact_across_programs` and run with the default emitters (make test's second pass).
+# bootstrap, loss and calibrator tests, 2026-11-28). Those emit other, equally exact
+# arithmetic, but not the same bits for two *different* programs of one computation as the
+# default emitters do, and some tests assert exactly that (a k-step scan against k calls, a
+# sweep member against its single run): they are marked `exact_across_programs` and run with
+# the default emitters (make test's second pass).
 # Both compilers emit each program as one LLVM module, not split into parts compiled by a
 # thread each: with a program per core already (two workers on two cores), the split's overhead
 # was 6 % of the CPU (paired runs of the bootstrap, toolkit and loss-training tests: 111 and 115

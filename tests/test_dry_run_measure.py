@@ -97,8 +97,8 @@ def test_local_topology_names_the_chip_and_the_devices(topology):
   assert topology.devices == tuple(jax.devices()) and topology.device.name == "h100"
 
 
-def _dry_run_cli(*args: str):
-  return subprocess.run([sys.executable, "-m", "calib_jax.dry_run", "--config=configs/default.py",
+def _dry_run_cli(*args: str, program: tuple[str, ...] = ("-m", "calib_jax.dry_run")):
+  return subprocess.run([sys.executable, *program, "--config=configs/default.py",
                          "--config.model_kwargs.hidden=(32,)", *args], cwd=ROOT,
                         capture_output=True, text=True, timeout=300, check=False)
 
@@ -123,9 +123,7 @@ _REPORTING_IMPORTS = ("import atexit, runpy, sys\n"
 
 def test_the_cli_without_an_accelerator_or_a_chip_is_one_line_before_the_heavy_imports():
   """Refused first, before the config's model or TensorFlow is imported (1 s, not 9)."""
-  result = subprocess.run([sys.executable, "-c", _REPORTING_IMPORTS, "--config=configs/default.py",
-                           "--measure"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          check=False)
+  result = _dry_run_cli("--measure", program=("-c", _REPORTING_IMPORTS))
   assert result.returncode == 1
   lines = result.stderr.strip().splitlines()
   assert lines[-2].startswith(

@@ -51,15 +51,16 @@ $(TPU_STAMP): $(STAMP)
 # longest modules first, so the end of the run is quick tests that balance the two workers).
 # tests/conftest.py compiles at XLA's optimisation level 0 (faster to compile); the first pass
 # also with XLA:CPU's cheaper emitters (CALIB_JAX_TESTS_COMPILER=fast), the second with its
-# default ones the tests that assert two different programs' bits equal (collected from the
-# files that mark any: collecting all of tests/ again costs each worker ~10 s); the dry-run
-# tests compile for TPU at the default level, as a user's dry run does.
+# default ones the three tests marked exact_across_programs (two programs' bits that only the
+# default emitters keep equal; collected from the files that mark any: collecting all of tests/
+# again costs ~10 s); the dry-run tests compile for TPU at the default level, as a user's dry
+# run does.
 # The second pass and the dry-run tests (once .venv-tpu is installed) start with the first, at
 # the lowest priority: they take only the CPU the first pass leaves (3-10 % of a whole run: its
 # workers waiting on the programs they start, and its last tests, when one worker is done) and
 # have both cores once it ends, instead of starting after it (66 s more on the 2-core machine,
-# 2026-11-28). The second pass is one process, not two workers: 131 CPU-s against 137 (its
-# files collected once). Their output is shown after the first pass's; any of the three
+# 2026-11-28). The second pass is one process (8 CPU-s). Their output is shown after the
+# first pass's; any of the three
 # failing (or the install of .venv-tpu, whose log is shown only then) fails `make test`.
 # (Through SUBMAKE: a recipe line naming $$(MAKE) runs even under `make -n`.)
 SUBMAKE = $(MAKE)

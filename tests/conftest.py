@@ -25,16 +25,19 @@ import pytest
 # `make test` sets for its first pass) also turns XLA:CPU's fusion emitters off: 44 % less CPU
 # with the other flags below the same (158 CPU-s against 280 for the prediction-report,
 # bootstrap, loss and calibrator tests, 2026-11-28). Those emit other, equally exact
-# arithmetic, but not the same bits for two *different* programs of one computation as the
-# default emitters do, and some tests assert exactly that (a k-step scan against k calls, a
-# sweep member against its single run): they are marked `exact_across_programs` and run with
-# the default emitters (make test's second pass).
+# arithmetic. Some tests assert that two *different* programs of one computation give the same
+# bits (a k-step scan against k calls, the on-device data against tf.data, a sweep member
+# against its single run, the prediction report's numbers against their interval metrics');
+# the fast emitters give that too as long as each program is one LLVM module (below): with the
+# programs split over threads, 11 such tests differed, with one module none (2026-11-28). The
+# three whose bits the fast emitters still change (the sorted-order conformal scores, the two
+# rank paths' tie groups) are marked `exact_across_programs` and run with the default emitters
+# (make test's second pass).
 # Both compilers emit each program as one LLVM module, not split into parts compiled by a
 # thread each: with a program per core already (two workers on two cores), the split's overhead
 # was 6 % of the CPU (paired runs of the bootstrap, toolkit and loss-training tests: 111 and 115
 # CPU-s against 121 and 120, 2026-11-28). Both also turn LLVM's expensive passes off: with the
-# default emitters that keeps the exact_across_programs tests' bits equal (all of them passed)
-# and took 116 CPU-s against 124 for the 14 tests in one process (2026-11-28).
+# default emitters that keeps the exact_across_programs tests' bits equal.
 DEFAULT_COMPILE_FLAGS = ("--xla_backend_optimization_level=0"
                          " --xla_llvm_disable_expensive_passes=true"
                          " --xla_cpu_parallel_codegen_split_count=1")
@@ -156,7 +159,7 @@ SLOW_MODULES = ("test_run_multihost", "test_sweep", "test_cli_console", "test_do
                 # among the quick tests, one of them could be a run's last test, one worker idle.
                 "test_evaluation_predictions_intervals", "test_losses_training",
                 "test_data_offline", "test_program_store", "test_metrics_bootstrap",
-                "test_config_errors")
+                "test_config_errors", "test_run_on_device", "test_conformal_method_scores")
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects

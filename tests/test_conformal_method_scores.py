@@ -16,7 +16,6 @@ def _data(n, c, seed):
   return logits, rng.integers(0, c, n).astype(np.int32)
 
 
-@pytest.mark.exact_across_programs
 @pytest.mark.parametrize("n", [200, 2100])  # 2100: more than one block of rows
 def test_method_scores_and_threshold_equal_fit_and_predictor(n):
   val_x, val_y = _data(n, 12, 0)

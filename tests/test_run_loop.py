@@ -204,7 +204,6 @@ def test_training_set_size_is_the_training_streams_count(overrides):
   assert steps_per_epoch == stream.batches_per_epoch  # one process: its batch is the global one
 
 
-@pytest.mark.exact_across_programs
 @pytest.mark.parametrize("num_steps, each_step", [(12, False), (10, False), (10, True)])
 def test_several_steps_per_dispatch_train_exactly_like_one_step_per_dispatch(
     tmp_path, monkeypatch, num_steps, each_step):

@@ -48,7 +48,6 @@ def test_a_random_processing_cannot_be_read_once():
     resident.processed_split("digits", "train", crop="pad")
 
 
-@pytest.mark.exact_across_programs
 @pytest.mark.parametrize("num_steps, steps_per_dispatch", [(12, 1), (10, 4)])
 def test_on_device_trains_bit_identically_to_the_tf_data_stream(tmp_path, num_steps,
                                                                 steps_per_dispatch):
@@ -65,7 +64,6 @@ def test_on_device_trains_bit_identically_to_the_tf_data_stream(tmp_path, num_st
   assert logged[0] == logged[1] and len(logged[0]) == 2
 
 
-@pytest.mark.exact_across_programs
 def test_on_device_resumes_exactly_and_crl_keys_its_history_by_the_positions(tmp_path):
   """CRL (`index` from the positions) with a stop at step 6 and a resume, against the
   uninterrupted tf.data run: the parameters and the correctness history are bit-equal."""

@@ -60,8 +60,8 @@ $(TPU_STAMP): $(STAMP)
 # workers waiting on the programs they start, and its last tests, when one worker is done) and
 # have both cores once it ends, instead of starting after it (66 s more on the 2-core machine,
 # 2026-11-28). The second pass is one process (8 CPU-s). Their output is shown after the
-# first pass's; any of the three
-# failing (or the install of .venv-tpu, whose log is shown only then) fails `make test`.
+# first pass's; any of the three failing (or the install of .venv-tpu, whose log is shown only
+# then) fails `make test`.
 # (Through SUBMAKE: a recipe line naming $$(MAKE) runs even under `make -n`.)
 SUBMAKE = $(MAKE)
 EXACT_FILES = $(shell grep -l 'mark.exact_across_programs' tests/test_*.py)

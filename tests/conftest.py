@@ -159,7 +159,7 @@ SLOW_MODULES = ("test_run_multihost", "test_sweep", "test_cli_console", "test_do
                 # among the quick tests, one of them could be a run's last test, one worker idle.
                 "test_evaluation_predictions_intervals", "test_losses_training",
                 "test_data_offline", "test_program_store", "test_metrics_bootstrap",
-                "test_config_errors", "test_run_on_device", "test_conformal_method_scores")
+                "test_config_errors", "test_run_on_device")
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects

@@ -76,8 +76,8 @@ FUSION_EMITTERS_OFF = EMITTERS_OFF in os.environ["XLA_FLAGS"].split()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # MLIR locations hold the op's source line only, not the whole Python traceback: lowering and
 # compiling take 3.4 % less CPU (farm-bench, 5 pairs of the calibrator and loss tests, median
-# ratio 0.966, 2026-11-28); only the programs' debug metadata changes. Read by JAX at import, and by the
-# programs the tests start (they inherit the environment).
+# ratio 0.966, 2026-11-28); only the programs' debug metadata changes. Read by JAX at import,
+# and by the programs the tests start (they inherit the environment).
 os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -4,6 +4,7 @@ Four fake CPU devices let the data-parallel tests run on a laptop or CI; it must
 JAX is first imported, hence here. Tests never touch the network
 (tests/test_data_download.py stands in for downloads).
 """
+import gc
 import importlib.util
 import logging
 import os
@@ -113,6 +114,21 @@ if importlib.util.find_spec("libtpu") is None:
   jax.config.update("jax_compilation_cache_dir", os.environ[SESSION_CACHE])
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+# Python's cyclic garbage collector, tuned for a test process: a young-generation collection
+# every 50,000 allocations instead of 700 (tracing and lowering allocate millions of short-lived
+# objects, nearly all freed by reference counting), and the imported modules and collected tests
+# frozen out of its scans. 2.7 % less CPU (median of 3 pairs of the calibrator and loss-gradient
+# tests, 2026-11-28); what the tests compute does not change. Each xdist worker collects, so
+# each freezes its own.
+gc.set_threshold(50_000, 50, 1000)
+
+
+def pytest_collection_finish(session):
+  del session
+  gc.collect()
+  gc.freeze()
 
 
 def pytest_unconfigure(config):

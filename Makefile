@@ -65,13 +65,15 @@ $(TPU_STAMP): $(STAMP)
 # (Through SUBMAKE: a recipe line naming $$(MAKE) runs even under `make -n`.)
 SUBMAKE = $(MAKE)
 # The test processes allocate with TCMalloc where it is installed (Debian's libtcmalloc-minimal4,
-# which .ci/run installs; JAX's Cloud TPU guide preloads it too): XLA and LLVM compiling the
-# tests' many small programs allocate and free heavily, and the suite's CPU time was 5 % lower
-# with it (median of 3 pairs of the calibrator and loss-gradient tests, 2026-11-28). The
+# which .ci/run installs): XLA and LLVM compiling the tests' many small programs allocate and
+# free heavily. 5 % less CPU with it (median of 3 pairs of the calibrator and loss-gradient
+# tests), 8.2 % with tests/conftest.py's garbage-collector settings too (3 pairs of the
+# calibrator, loss-gradient, loop, toolkit and sweep tests under -n 2; 2026-11-28). The
 # programs the tests start inherit it. Its report of single allocations over 1 GiB is raised
 # out of reach: on stderr it would be a stray line in the console tests. Without it the suite
 # runs the same, on glibc's malloc.
-TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4 /usr/lib/libtcmalloc_minimal.so.4))
+TCMALLOC := $(firstword $(wildcard /usr/lib/*/libtcmalloc_minimal.so.4 \
+                                   /usr/lib/libtcmalloc_minimal.so.4))
 ifneq ($(TCMALLOC),)
 test: export LD_PRELOAD := $(strip $(TCMALLOC) $(LD_PRELOAD))
 test: export TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD := 1099511627776

@@ -125,6 +125,15 @@ if importlib.util.find_spec("libtpu") is None:
 gc.set_threshold(50_000, 50, 1000)
 
 
+def pytest_configure(config):
+  """Each process that runs tests imports TensorFlow (the data tests, the pipelines of the runs
+  made in-process) as the programs import it: without the Keras that TensorFlow imports eagerly
+  and nothing here uses (~2.7 of its ~8 CPU-s). Not in the xdist controller, which runs none."""
+  if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    from calib_jax.cli import console
+    console.import_tensorflow_without_keras()
+
+
 def pytest_collection_finish(session):
   del session
   gc.collect()

@@ -58,7 +58,7 @@ def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
     saved = os.dup(2)
     os.dup2(buffer.fileno(), 2)
     try:
-      _import_tensorflow_without_keras()
+      import_tensorflow_without_keras()
       failed = False
     except BaseException:
       failed = True
@@ -72,7 +72,7 @@ def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
         sys.stderr.write(_import_log)
 
 
-def _import_tensorflow_without_keras() -> None:
+def import_tensorflow_without_keras() -> None:
   """Imports TensorFlow, leaving out the Keras import it makes eagerly (`_KERAS_EAGER_IMPORT`)."""
   marked = _KERAS_EAGER_IMPORT not in sys.modules
   if marked:

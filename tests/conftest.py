@@ -4,6 +4,7 @@ Four fake CPU devices let the data-parallel tests run on a laptop or CI; it must
 JAX is first imported, hence here. Tests never touch the network
 (tests/test_data_download.py stands in for downloads).
 """
+import contextlib
 import gc
 import importlib.util
 import logging
@@ -125,17 +126,21 @@ if importlib.util.find_spec("libtpu") is None:
 gc.set_threshold(50_000, 50, 1000)
 
 
+# While the tests are collected, their modules' `import tensorflow` (the data tests, calib_jax's
+# pipelines) leaves out the Keras that TensorFlow imports eagerly and nothing here uses, as the
+# programs' import does: ~2.7 of its ~8 CPU-s, in each process that runs tests.
+_KERAS_LEFT_OUT = contextlib.ExitStack()
+
+
 def pytest_configure(config):
-  """Each process that runs tests imports TensorFlow (the data tests, the pipelines of the runs
-  made in-process) as the programs import it: without the Keras that TensorFlow imports eagerly
-  and nothing here uses (~2.7 of its ~8 CPU-s). Not in the xdist controller, which runs none."""
-  if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-    from calib_jax.cli import console
-    console.import_tensorflow_without_keras()
+  del config
+  from calib_jax.cli import console
+  _KERAS_LEFT_OUT.enter_context(console.keras_left_out())
 
 
 def pytest_collection_finish(session):
   del session
+  _KERAS_LEFT_OUT.close()
   gc.collect()
   gc.freeze()
 

@@ -14,10 +14,12 @@ CPU features) through absl's C++ log before it reads TF_CPP_MIN_LOG_LEVEL; that 
 out the Keras that TensorFlow imports eagerly (the programs use tf.data only). One of the flags
 above on the command line skips all of this. Importing this module does none of it.
 """
+import contextlib
 import logging
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 
 from absl import flags
 from absl import logging as absl_logging
@@ -58,7 +60,7 @@ def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
     saved = os.dup(2)
     os.dup2(buffer.fileno(), 2)
     try:
-      import_tensorflow_without_keras()
+      _import_tensorflow_without_keras()
       failed = False
     except BaseException:
       failed = True
@@ -72,29 +74,30 @@ def quiet_native_logs(argv: list[str], import_tensorflow: bool = True) -> None:
         sys.stderr.write(_import_log)
 
 
-def import_tensorflow_without_keras() -> None:
-  """Imports TensorFlow, leaving out the Keras import it makes eagerly (`_KERAS_EAGER_IMPORT`)."""
+@contextlib.contextmanager
+def keras_left_out() -> Iterator[None]:
+  """While open, an `import tensorflow` leaves out the Keras that TensorFlow imports eagerly
+  (`_KERAS_EAGER_IMPORT` is marked not importable, and TensorFlow goes on without it); once
+  closed, a later `import keras` works."""
   marked = _KERAS_EAGER_IMPORT not in sys.modules
   if marked:
     sys.modules[_KERAS_EAGER_IMPORT] = None  # "not importable": TensorFlow skips it
   try:
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    yield
+  finally:
+    if marked and sys.modules.get(_KERAS_EAGER_IMPORT, False) is None:
+      del sys.modules[_KERAS_EAGER_IMPORT]
+
+
+def _import_tensorflow_without_keras() -> None:
+  """Imports TensorFlow, leaving out the Keras import it makes eagerly (`keras_left_out`)."""
+  try:
+    with keras_left_out():
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
-    if not marked:
-      raise
     # A TensorFlow that no longer tolerates the missing module (today's wraps its import in
     # `try/except ImportError`, as for an install without Keras): imported whole instead.
-    _unmark()
-    marked = False
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import,redefined-outer-name
-  finally:
-    if marked:
-      _unmark()
-
-
-def _unmark() -> None:
-  if sys.modules.get(_KERAS_EAGER_IMPORT, False) is None:
-    del sys.modules[_KERAS_EAGER_IMPORT]
 
 
 def setup(workdir: str, verbosity: int | None = None, datasets: bool = True) -> str:

@@ -31,19 +31,20 @@ ENV = "CALIB_JAX_SUITE_PROFILE"
 JAX_EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
               "lower": "/jax/core/compile/jaxpr_to_mlir_module_duration",
               "compile": "/jax/core/compile/backend_compile_duration"}
-COLUMNS = ("wall", "cpu", "children", "trace", "lower", "compile", "rest")
+MEASURED = ("wall", "cpu", "children", *JAX_EVENTS)  # each test's record, beside its id
+COLUMNS = (*MEASURED, "rest")
 
 
 def summarize(rows: list[dict]) -> tuple[dict[str, dict], dict]:
   """Sums the records by module (the part of the test id before `::`): {module: {"tests": n,
   column: seconds}}, and the totals over all of them."""
-  modules = collections.defaultdict(lambda: collections.Counter())
+  modules = collections.defaultdict(collections.Counter)
   for row in rows:
     module = modules[row["id"].split("::")[0]]
     module["tests"] += 1
-    for column in ("wall", "cpu", "children", "trace", "lower", "compile"):
+    for column in MEASURED:
       module[column] += row[column]
-    module["rest"] += row["cpu"] - row["trace"] - row["lower"] - row["compile"]
+    module["rest"] += row["cpu"] - sum(row[name] for name in JAX_EVENTS)
   totals = collections.Counter()
   for module in modules.values():
     totals.update(module)
@@ -78,7 +79,7 @@ def main(argv) -> None:
   print("\n".join(_table({"all": totals}, "")[1:]))
   own = totals["cpu"]
   print("of the tests' own CPU: " + ", ".join(
-      f"{c} {100 * totals[c] / own:.0f} %" for c in ("trace", "lower", "compile", "rest")))
+      f"{c} {100 * totals[c] / own:.0f} %" for c in (*JAX_EVENTS, "rest")))
   print(f"\n{'cpu':>8} {'children':>8} {'wall':>8}  test")
   for row in sorted(rows, key=lambda r: -(r["cpu"] + r["children"]))[:TOP_TESTS.value]:
     print(f"{row['cpu']:8.1f} {row['children']:8.1f} {row['wall']:8.1f}  {row['id']}")

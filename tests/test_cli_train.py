@@ -126,7 +126,10 @@ def test_train_then_eval_commands_and_metrics_against_numpy(tmp_path, capsys, pa
   assert [r["step"] for r in records if r["split"] == "train"] == [8, 16, 24]
   assert json.load(open(os.path.join(workdir, "config.json")))["model_kwargs"]["widths"] == [4, 8]
 
-  parse(*_args(workdir), "--split=test")
+  # The report without the post-hoc toolkit and the CAM grid (test_evaluation_toolkit.py and
+  # test_evaluation_maps.py check those): what is checked here is the report's own.
+  parse(*_args(workdir), "--split=test", "--config.eval.toolkit=False",
+        "--config.eval.cam_images=0")
   eval_program.main(["eval.py"])
   assert "PreT" in capsys.readouterr().out
   out_dir = evaluation.eval_dir(workdir, "test")
@@ -216,9 +219,10 @@ def test_a_sweep_through_the_commands_then_eval_of_one_member_and_of_all(tmp_pat
   with pytest.raises(SystemExit, match=r"^eval.py: --member='2' is not a member: use 0..1 or "
                      r"'all'$"):
     eval_program.main(["eval.py"])
-  # --ensemble: both members as one ensemble (its report is test_sweep.py's).
+  # --ensemble: both members as one ensemble (its report is test_sweep.py's; the vector and
+  # isotonic calibrators' fits are test_evaluation_predictions.py's): temperature scaling only.
   parse(*_args(workdir, "mbls"), "--config.sweep=loss_kwargs.margin=5,10", "--ensemble",
-        "--split=val", "--bootstrap_samples=0")
+        "--split=val", "--bootstrap_samples=0", "--config.eval.calibrators=('temperature',)")
   eval_program.main(["eval.py"])
   out = capsys.readouterr().out
   assert out.startswith("ensemble of 2 sweep members [0, 1] — split val")

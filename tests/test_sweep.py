@@ -79,16 +79,16 @@ def test_every_real_hyper_parameter_traces_to_the_value_of_its_python_float(name
   extra = {"objectness": jnp.asarray(rng.uniform(-0.2, 1, 16), jnp.float32)} if name == "als" else {}
   defaults = losses.default_hparams(name)
   bind = losses.traced(name)
+  at_defaults = losses.get(name)(logits, labels, **extra)  # the same for every key
   for key in losses.real_hparams(name):
     value = defaults[key] * 0.5 + 0.05
     expected = losses.get(name, **{key: value})(logits, labels, **extra)
     traced = jax.jit(lambda v: bind(**{key: v})(logits, labels, **extra))(jnp.float32(value))
     np.testing.assert_allclose(traced, expected, rtol=1e-6, atol=1e-7, err_msg=key)
-    # vmapped over members: one value per member, no retrace
+    # vmapped over members, jitted as in a sweep's step: one value per member, no retrace
     values = jnp.asarray([value, defaults[key]], jnp.float32)
-    both = jax.vmap(lambda v: bind(**{key: v})(logits, labels, **extra))(values)
-    np.testing.assert_allclose(both[1], losses.get(name)(logits, labels, **extra), rtol=1e-6,
-                               atol=1e-7)
+    both = jax.jit(jax.vmap(lambda v: bind(**{key: v})(logits, labels, **extra)))(values)
+    np.testing.assert_allclose(both[1], at_defaults, rtol=1e-6, atol=1e-7)
 
 
 def test_binding_a_string_hyper_parameter_is_refused():
@@ -115,6 +115,12 @@ def _sweep_config(**overrides):
   return tiny_config(**{"loss": "mbls", "num_train_steps": 8, "eval_every_steps": 8,
                         "log_every_steps": 4, "checkpoint_every_steps": 4,
                         "sweep": "loss_kwargs.margin=2,10;seed=0,1", **overrides})
+
+
+# Runs whose state alone is checked: no periodic validation, one checkpoint at the end (they read
+# the state, never change it; calls keep `log_every_steps`' 4 steps). The val rows and periodic
+# checkpoints are checked on `trained_sweep` and in the resumed test.
+_STATE_ONLY = {"eval_every_steps": 0, "checkpoint_every_steps": 8}
 
 
 @pytest.fixture(scope="module")
@@ -216,9 +222,10 @@ def test_the_sweep_table_shows_each_setting_over_its_seeds_and_the_best_members(
 
 
 def test_a_resumed_sweep_ends_where_an_uninterrupted_one_does(trained_sweep, tmp_path):
-  config, state, _ = trained_sweep
+  _, state, _ = trained_sweep
   workdir = str(tmp_path / "resumed")
-  first = _sweep_config(stop_after_steps=4)
+  config = _sweep_config(eval_every_steps=0)  # no periodic validation, as `_STATE_ONLY`
+  first = _sweep_config(stop_after_steps=4, eval_every_steps=0)
   loop.train_and_evaluate(first, workdir)
   saved = checkpoint.Checkpointer(workdir, read_only=True)
   assert saved.latest_step() == 4
@@ -315,7 +322,8 @@ def test_members_split_over_a_2d_mesh_train_like_the_unrolled_population(
   assert population.Population(experiment.build(config)).members_as == "unroll"
   assert jax.device_count() % 2 == 0 and jax.device_count() >= 4  # data shards too
   split = loop.train_and_evaluate(
-      _sweep_config(sweep_member_shards=2, sweep_members_as=members_as), str(tmp_path / "2d"))
+      _sweep_config(sweep_member_shards=2, sweep_members_as=members_as, **_STATE_ONLY),
+      str(tmp_path / "2d"))
   leaf = jax.tree.leaves(split.params)[0]
   assert leaf.sharding.spec[0] == "member" and leaf.sharding.mesh.shape == {
       "member": 2, "data": jax.device_count() // 2}
@@ -353,7 +361,7 @@ def test_a_sweep_with_the_training_set_on_the_devices_trains_like_the_tf_data_sw
   """`data.on_device`: each of the 2 seed streams' positions `[2, batch]` gather its batches
   on the devices, each member takes its seed's: the same stacked state, bit for bit."""
   _, state, _ = trained_sweep
-  on_device = loop.train_and_evaluate(_sweep_config(**{"data.on_device": True}),
+  on_device = loop.train_and_evaluate(_sweep_config(**{"data.on_device": True}, **_STATE_ONLY),
                                       str(tmp_path / "on_device"))
   for got, want in zip(_leaves(on_device), _leaves(state), strict=True):
     np.testing.assert_array_equal(got, want)
@@ -364,7 +372,7 @@ def test_an_mlp_sweep_on_cpu_runs_member_after_member_like_vmap_and_its_single_r
   a row (`population.members_as`): the same members as `vmap` and as their single runs, with
   the training set from tf.data and on the devices (`data.on_device`: the same stacked state,
   bit for bit, so the on-device map's members are their single runs too)."""
-  mlp = {"model": "mlp", "model_kwargs": {"hidden": (16,)}, "eval_every_steps": 0}
+  mlp = {"model": "mlp", "model_kwargs": {"hidden": (16,)}, **_STATE_ONLY}  # calls of k = 4
   on_device = {**mlp, "data.on_device": True}
   config = _sweep_config(**mlp)
   assert population.Population(experiment.build(config)).members_as == "map"

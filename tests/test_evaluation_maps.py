@@ -15,10 +15,12 @@ from calib_jax import experiment
 from calib_jax.evaluation import report, run as evaluation
 from calib_jax.evaluation import maps
 from calib_jax.training import step as step_lib
-from test_evaluation_run import TINY_CLUTTER, clutter_config, tiny_fcn  # noqa: F401
+from test_evaluation_run import (TINY_CLUTTER, clutter_config, pngs_unrendered,  # noqa: F401
+                                 tiny_fcn)
 from test_run_loop import quick_rng_compilation  # noqa: F401
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CAM_PNGS = (maps.CAMS_FILE, maps.CONTEXT_CAMS_FILE)
 
 
 def _png(path):
@@ -41,7 +43,10 @@ def test_classification_eval_draws_cams_and_scores_localisation(tmp_path):
   config = clutter_config(**{"eval.cam_images": 6, "eval.context_eval": True,
                              "eval.max_examples": 16, "eval.pnorm_candidates": (2,),
                              "eval.toolkit": False})  # test_evaluation_toolkit.py's
-  results = _evaluate_fresh_weights(config, tmp_path)
+  # The CAM grids rendered, not the calibration report's diagrams: this test reads the grids
+  # alone (test_plotting.py renders each kind of those diagrams).
+  with pngs_unrendered(rendered=CAM_PNGS):
+    results = _evaluate_fresh_weights(config, tmp_path)
   loc = results["localisation"]
   assert loc["num_images"] == 16 and loc["layer"] == "features"
   for scores in (loc, loc["grad_cam_pp"]):

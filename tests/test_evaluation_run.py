@@ -1,6 +1,7 @@
 """The eval program on generated data: segmentation, context-only evaluation, pixel sampling.
 
 (The classification path is checked against numpy re-computations in test_cli_train.py.)"""
+import contextlib
 import json
 import os
 
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from calib_jax import data, metrics, models
+from calib_jax import data, metrics, models, plotting
 from calib_jax.run import loop
 from calib_jax.evaluation import report, run as evaluation
 from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
@@ -46,6 +47,37 @@ def report_only(config):
   return config
 
 
+def _closed_unrendered(fig, path):
+  """`plotting.save_png` without the rendering: closes a pyplot figure, writes nothing."""
+  if fig.canvas.manager is not None:
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    plt.close(fig)
+  return path
+
+
+@contextlib.contextmanager
+def pngs_unrendered(rendered=()):
+  """The reports' figures built but not rendered to PNG files (but those named `rendered`), for
+  the tests that check an evaluation's numbers, not its pictures (rendering was ~1/5 of such a
+  test's CPU). test_plotting.py renders each kind of figure; test_evaluation_maps.py and the
+  first test of test_evaluation_toolkit.py read the PNGs `evaluate_run` writes."""
+  save = plotting.save_png
+
+  def save_some(fig, path):
+    return (save if os.path.basename(path) in rendered else _closed_unrendered)(fig, path)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(plotting, "save_png", save_some)
+    yield
+
+
+@pytest.fixture
+def unrendered():
+  """`pngs_unrendered` around one test."""
+  with pngs_unrendered():
+    yield
+
+
 @pytest.fixture
 def tiny_fcn():
   """TinyFCN in the model registry (the public hook users register their own models with)."""
@@ -54,6 +86,7 @@ def tiny_fcn():
   models.unregister("test_tiny_fcn")
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_segmentation_eval(tmp_path, tiny_fcn):
   seg = clutter_config(**{"data.name": "clutter_objects_seg", "model": tiny_fcn,
                           "model_kwargs": {}})
@@ -66,6 +99,11 @@ def test_segmentation_eval(tmp_path, tiny_fcn):
   # logits, whose intervals test_evaluation_toolkit.py (a run's report) and
   # test_evaluation_predictions.py check; their programs were ~1/4 of this test's CPU.
   seg.eval.bootstrap_samples = 0
+  # One calibrator, not the default three: the toolkit on the sampled pixels runs the same
+  # loop for each; vector scaling and isotonic regression (~1/3 of this test's CPU with their
+  # plots) are fitted on a run's logits in test_evaluation_toolkit.py and
+  # test_evaluation_predictions.py.
+  seg.eval.calibrators = ("temperature",)
   loop.train_and_evaluate(seg, str(tmp_path / "seg"))
   results = evaluation.evaluate_run(seg, str(tmp_path / "seg"))
   assert 0.0 <= results["pre_temperature"]["miou"] <= 1.0
@@ -76,6 +114,7 @@ def test_segmentation_eval(tmp_path, tiny_fcn):
   assert results["fit"]["num_samples"] <= 64 * 20
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_context_only_eval_of_an_als_model(tmp_path):
   als = clutter_config(loss="als", **{"data.train_options": {"objectness": True,
                                                                "context_rate": 0.2}})
@@ -137,7 +176,8 @@ def trained_clutter(tmp_path_factory):
   config.eval.pnorm_candidates = (2,)
   workdir = str(tmp_path_factory.mktemp("clutter") / "run")
   loop.train_and_evaluate(config, workdir)
-  results = evaluation.evaluate_run(config, workdir)
+  with pngs_unrendered():  # the tests read the numbers and the saved predictions file
+    results = evaluation.evaluate_run(config, workdir)
   with np.load(results["files"]["predictions"]) as saved:
     return workdir, results, dict(saved)
 
@@ -152,6 +192,7 @@ def test_eval_saves_the_plotted_predictions(trained_clutter):
   np.testing.assert_array_equal(saved["probs_pre"].argmax(-1), saved["probs_post"].argmax(-1))
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_eval_reads_variables_only_whatever_the_optimiser_is_now(trained_clutter):
   """eval restores params/batch_stats alone: a config whose optimiser (hence optimiser-state
   structure) changed after training still evaluates the trained weights, to the same numbers."""

@@ -20,7 +20,7 @@ from calib_jax.evaluation import shift as shift_eval
 from calib_jax.evaluation import shift_progress
 from calib_jax.run import loop
 from calib_jax.training import parallel
-from test_evaluation_run import TINY_CLUTTER, tiny_fcn  # noqa: F401
+from test_evaluation_run import TINY_CLUTTER, pngs_unrendered, tiny_fcn, unrendered  # noqa: F401
 from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 SPEC = "gaussian_noise,jpeg_compression:1,2"  # jpeg: on the host, 8 devices
@@ -48,7 +48,8 @@ def trained(tmp_path_factory):
 @pytest.fixture(scope="module")
 def evaluated(trained):
   config, workdir = trained
-  return evaluation.evaluate_run(config, workdir)
+  with pngs_unrendered():  # these tests check the numbers, not the report's pictures
+    return evaluation.evaluate_run(config, workdir)
 
 
 def test_metrics_json_has_the_shift_entry_in_its_format(trained, evaluated):
@@ -110,6 +111,7 @@ def test_the_shifted_step_corrupts_on_the_device_as_shift_corrupt(trained):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4)
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_an_interrupted_evaluation_resumes_with_the_remaining_cells(trained, evaluated,
                                                                    monkeypatch, tmp_path):
   config, workdir = trained
@@ -150,12 +152,16 @@ def test_an_interrupted_evaluation_resumes_with_the_remaining_cells(trained, eva
       "config"]
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_rotate_kind_and_ensemble_of_a_sweep(tmp_path):
   config = shift_config(**{"num_train_steps": 2})
   config.sweep = "seed=0,1"
   config.eval.shift = "rotate"
   config.eval.calibrators = ()
   config.eval.bootstrap_samples = 0
+  # No conformal sets: nothing here reads them; an ensemble's are test_sweep.py's
+  # (test_eval_reports_the_members_as_one_ensemble) and test_evaluation_predictions.py's.
+  config.eval.conformal_alphas = ()
   workdir = str(tmp_path / "sweep")
   loop.train_and_evaluate(config, workdir)
   results = evaluation.evaluate_ensemble(config, workdir)

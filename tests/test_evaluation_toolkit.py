@@ -11,7 +11,8 @@ from calib_jax import data
 from calib_jax.config import ConfigError
 from calib_jax.evaluation import predictions, run as evaluation
 from calib_jax.run import loop
-from test_evaluation_run import clutter_config
+from test_evaluation_maps import _evaluate_fresh_weights
+from test_evaluation_run import clutter_config, unrendered  # noqa: F401
 from test_run_loop import quick_rng_compilation, tiny_config  # noqa: F401
 
 
@@ -111,6 +112,7 @@ def test_the_toolkit_recomputed_from_the_saved_logits(digits_run, digits_report)
       again["failure"]["msp"]["auroc"], abs=1e-6)
 
 
+@pytest.mark.usefixtures("unrendered")  # (the numbers only; the first test reads the PNGs)
 def test_ood_the_test_split_itself_is_indistinguishable(digits_run):
   """OOD = another copy of the test split ('DATASET:SPLIT' of the same dataset): every score ties
   pairwise, so every AUROC is exactly 0.5."""
@@ -124,6 +126,7 @@ def test_ood_the_test_split_itself_is_indistinguishable(digits_run):
   assert "OOD set 'digits:test'" in evaluation.format_table(results)
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_ood_a_split_of_the_same_dataset(digits_run):
   config, workdir = digits_run
   config = _quick(tiny_config(), calibrators=(), ood="val")
@@ -132,14 +135,17 @@ def test_ood_a_split_of_the_same_dataset(digits_run):
   assert all(0.0 <= t["auroc"] <= 1.0 for t in posthoc["ood"].values())
 
 
+@pytest.mark.usefixtures("unrendered")
 def test_ood_context_only_images(tmp_path):
   # No intervals: this is the only report of clutter's shapes, so the intervals' programs (the
   # smooth-ECE one the costliest to compile) would be compiled for it alone; the OOD part does
   # not read them, and test_the_toolkit_is_evaluate_predictions_of_the_runs_logits checks them.
   config = _quick(clutter_config(), calibrators=("temperature",), ood="context",
                   bootstrap_samples=0)
-  loop.train_and_evaluate(config, str(tmp_path / "run"))
-  posthoc = evaluation.evaluate_run(config, str(tmp_path / "run"))["posthoc"]
+  # Freshly initialised weights, not a trained run: the OOD part reads the context images'
+  # logits whatever the weights are, and the report's programs are then test_evaluation_maps.py's
+  # (its first test evaluates the same model's fresh weights); training compiled its own.
+  posthoc = _evaluate_fresh_weights(config, tmp_path)["posthoc"]
   assert posthoc["num_ood"] == posthoc["num_test"] == 64
   assert all(0.0 <= t["auroc"] <= 1.0 for t in posthoc["ood"].values())
 

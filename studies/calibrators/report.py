@@ -40,6 +40,9 @@ def evaluate_model(arrays: dict[str, np.ndarray], seed: int = 0) -> dict[str, An
   conf_logits, conf_labels = val_logits[half:], val_labels[half:]
   test_logits, test_labels = arrays["test_logits"], arrays["test_labels"]
   key = jax.random.key(seed)
+  # One function object for every calibrator: the bootstrap's program is keyed by it, so a new
+  # partial per calibrator would be traced and lowered again each time.
+  ece_15 = functools.partial(metrics.ece, num_bins=15)
   rows = {}
   for name in CALIBRATORS:
     if name == "none":
@@ -51,7 +54,7 @@ def evaluate_model(arrays: dict[str, np.ndarray], seed: int = 0) -> dict[str, An
         "accuracy": float(np.mean(probs.argmax(-1) == test_labels)),
         "nll": float(-np.mean(np.log(np.clip(probs[np.arange(len(test_labels)),
                                                    test_labels], 1e-12, 1.0)))),
-        "ece": _interval(functools.partial(metrics.ece, num_bins=15), probs, test_labels, key),
+        "ece": _interval(ece_15, probs, test_labels, key),
         "smooth_ece": _interval(metrics.smooth_ece, probs, test_labels, key),
     }
     conf_probs = np.asarray(calibrate(conf_logits), np.float32)

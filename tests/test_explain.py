@@ -9,6 +9,7 @@ import pytest
 
 from calib_jax import explain, models
 from calib_jax.models import cifar_resnet, densenet, layers
+from test_models import drawn_variables
 from test_run_loop import quick_rng_compilation  # noqa: F401  (fast model init)
 
 
@@ -71,8 +72,10 @@ def test_coarse_maps_are_upsampled_and_peak_on_the_blob(method):
 @pytest.fixture(scope="module")
 def small_cnn():
   model = models.get("small_cnn", 10, widths=(4, 8))
-  x = jax.random.normal(jax.random.key(0), (4, 16, 16, 3))
-  variables = model.init(jax.random.key(1), x)
+  x = np.random.default_rng(0).standard_normal((4, 16, 16, 3), np.float32)
+  # Init's tree with values drawn as init draws them: no assertion below depends on init's own
+  # values, and init op by op compiles each of its random-number operations.
+  _, variables = drawn_variables(model, x)
   # Non-trivial BatchNorm statistics, so that inference mode matters.
   variables = {**variables, "batch_stats": jax.tree_util.tree_map(
       lambda v: v + 0.3, variables["batch_stats"])}
@@ -192,19 +195,23 @@ def test_every_conv_classifier_marks_the_map_after_its_last_relu(name, kwargs, s
     model = cifar_resnet.CifarPreActResNet(num_classes=5, depth=11)
   else:
     model = models.get(name, num_classes=5, **kwargs)
-  # One program (init, the forward pass, Grad-CAM): op by op, their hundreds of operations
-  # compiled one by one took 6.1 / 4.2 / 3.4 CPU-s for resnet18 / vgg16 / densenet against
-  # 4.0 / 3.8 / 1.5 (2026-11-28, loaded machine). (Depth 56's 27 alike blocks compiled in one
-  # program took 6.8 against 3.0 op by op: hence depth 11 above.)
+  # Init's tree, traced only (the marker must add none), with values drawn as init draws them
+  # (`drawn_variables`: signed kernels, so non-negative features are those after a ReLU).
+  x = np.ones(shape, np.float32)
+  abstract, variables = drawn_variables(model, x)
+  assert "features" not in abstract["params"]
+  # One program (the forward pass, Grad-CAM): op by op, their hundreds of operations compiled
+  # one by one took 6.1 / 4.2 / 3.4 CPU-s for resnet18 / vgg16 / densenet against 4.0 / 3.8 /
+  # 1.5 in one with init (2026-11-28, loaded machine). (Depth 56's 27 alike blocks compiled in
+  # one program took 6.8 against 3.0 op by op: hence depth 11 above.)
   @jax.jit
-  def init_features_and_map(x):
-    variables = model.init(jax.random.PRNGKey(0), x, train=False)
+  def features_and_map(variables, x):
     _, state = model.apply(variables, x, train=False, capture_intermediates=True,
                            mutable=["intermediates"])
     maps = explain.grad_cam(model, variables, x, jnp.zeros((1,), jnp.int32))
-    return variables, state["intermediates"]["features"]["__call__"][0], maps
+    return state["intermediates"]["features"]["__call__"][0], maps
 
-  variables, features, maps = init_features_and_map(jnp.ones(shape))
+  features, maps = features_and_map(variables, x)
   assert features.ndim == 4 and float(features.min()) >= 0.0
-  assert "features" not in variables["params"]
+  assert float(features.max()) > 0.0
   assert maps.shape == shape[:3]

@@ -77,22 +77,31 @@ def _recipe(config):
                               data.info(config.data.name))
 
 
-def test_pretrained_safetensors_initialises_and_trains_a_resnet(tmp_path):
+def test_pretrained_safetensors_initialises_and_trains_a_resnet(tmp_path, monkeypatch):
   """A 7-class file for a 10-class model: every backbone leaf comes from the file, the head is
   fresh (pretrained_skip=('head',)), and the run trains from there."""
   state = _grayscale_resnet18(num_classes=7, seed=1)
   config = _digits_resnet18(pretrained=_save(state, tmp_path / "r18.safetensors"),
                             pretrained_skip=("head",))
-  variables = experiment.build(config, devices=jax.devices()[:1]).initial_variables(
-      jax.random.key(0))
+  # The run's own `Experiment.initial_variables`, recorded as it starts (a copy: the state may
+  # take the buffers), instead of building and initialising the ResNet-18 a second time here.
+  initialised = []
+  initial_variables = experiment.Experiment.initial_variables
+
+  def record(self, key):
+    variables = initial_variables(self, key)
+    initialised.append(jax.tree.map(np.array, variables))
+    return variables
+
+  monkeypatch.setattr(experiment.Experiment, "initial_variables", record)
+  out = loop.train_and_evaluate(config, str(tmp_path / "work"), devices=jax.devices()[:1])
+  (variables,) = initialised
   np.testing.assert_array_equal(variables["params"]["backbone"]["stem_conv"]["kernel"],
                                 state["conv1.weight"].transpose(2, 3, 1, 0))
   np.testing.assert_array_equal(
       variables["batch_stats"]["backbone"]["stage4_block1"]["bn2"]["var"],
       state["layer4.1.bn2.running_var"])
   assert variables["params"]["head"]["kernel"].shape == (512, 10)
-
-  out = loop.train_and_evaluate(config, str(tmp_path / "work"), devices=jax.devices()[:1])
   assert int(jax.device_get(out.step)) == 2
   trained = jax.device_get(out.params)["backbone"]["stem_conv"]["kernel"]
   assert np.all(np.isfinite(trained))

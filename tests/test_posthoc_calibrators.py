@@ -217,14 +217,16 @@ def test_vector_nll_and_grad_is_mean_nll_and_its_gradient(n):
   z, labels, weights = _fitting.fit_inputs(z, labels, mask)
   params = {"weights": jnp.asarray(1 + 0.3 * rng.normal(size=C), jnp.float32),
             "bias": jnp.asarray(rng.normal(size=C), jnp.float32)}
-  want_value, want_grad = jax.value_and_grad(lambda p: _fitting.mean_nll(
-      scaling.apply_vector_scaling(z, p["weights"], p["bias"]), labels, weights))(params)
+  # The references jitted, each one program (op by op, each of their operations compiled on
+  # its own for every n).
+  want_value, want_grad = jax.jit(jax.value_and_grad(lambda p: _fitting.mean_nll(
+      scaling.apply_vector_scaling(z, p["weights"], p["bias"]), labels, weights)))(params)
   value, grad = jax.jit(scaling.vector_nll_and_grad)(z, labels, weights, params)
   np.testing.assert_allclose(value, want_value, rtol=1e-6)
   for name in params:  # float32 sums taken in another order
     np.testing.assert_allclose(grad[name], want_grad[name], rtol=1e-5, atol=1e-7)
   # The fit's objective: `jax.value_and_grad` of it is this pair.
-  value, grad = jax.value_and_grad(scaling._vector_nll(z, labels, weights))(params)
+  value, grad = jax.jit(jax.value_and_grad(scaling._vector_nll(z, labels, weights)))(params)
   np.testing.assert_allclose(value, want_value, rtol=1e-6)
   np.testing.assert_allclose(grad["weights"], want_grad["weights"], rtol=1e-5, atol=1e-7)
 

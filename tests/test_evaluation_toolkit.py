@@ -1,6 +1,7 @@
 """eval.py's post-hoc toolkit on a trained run (`evaluation.toolkit.PosthocReport`): the same
 numbers as `evaluate_predictions` on the run's own logits, the report's PreT/PosT tables agree,
-OOD sets (a split, another dataset's split, context-only images), the one-line config errors."""
+OOD sets (a split, another dataset's split, context-only images: the last of a model's fresh
+weights), the one-line config errors."""
 import json
 import os
 

@@ -2,6 +2,7 @@
 `jax.jit`; off (plain `jax.jit`) without `$CALIB_JAX_PROGRAM_STORE`."""
 import functools
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +22,15 @@ def _body(x, y, scale):
 
 
 def _fresh():
-  """A new wrapper of the same function, JAX's caches cleared: nothing in memory, as in
-  another process."""
-  jax.clear_caches()
-  return program_store.jit(_body, static_argnames="scale")
+  """A new wrapper of a new function object with `_body`'s code, name and module: nothing of it
+  in JAX's memory (its caches are keyed by the function object), as in another process, while
+  the store (keyed by the module and qualified name) finds its programs. Not
+  `jax.clear_caches()`: that also drops every other test's programs in this process (clearing
+  and re-tracing them was ~5 CPU-s a run of this module, 2026-11-29)."""
+  body = types.FunctionType(_body.__code__, _body.__globals__, _body.__name__,
+                            _body.__defaults__, _body.__closure__)
+  assert (body.__module__, body.__qualname__) == (_body.__module__, _body.__qualname__)
+  return program_store.jit(body, static_argnames="scale")
 
 
 @pytest.fixture

@@ -1,13 +1,15 @@
 """The training loop on the offline `digits` dataset: exact resume, NaN stop, bad configs, logs."""
 import dataclasses
+import importlib
 import json
 import os
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
-from calib_jax import data
+from calib_jax import data, models
 from calib_jax.training import checkpoint
 from calib_jax.run import loop, single
 from calib_jax.training import programs
@@ -15,6 +17,9 @@ from calib_jax import experiment
 from calib_jax import config as config_lib
 from calib_jax.training import reporting
 from calib_jax.config import variants
+
+# The module (the package's `build` is its function).
+build_module = importlib.import_module("calib_jax.experiment.build")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -255,3 +260,42 @@ def test_an_evaluation_split_read_again_is_the_same_pass_of_one_pipeline(monkeyp
   next(recipe.eval_stream("test", mesh))
   list(recipe.eval_stream("val", mesh, max_examples=10))
   assert len(built) == 3
+
+
+class _ListHidden(nn.Module):
+  """A user's model with an unhashable field (a list): not a static argument of a program."""
+  num_classes: int
+  hidden: list = dataclasses.field(default_factory=lambda: [8])
+
+  @nn.compact
+  def __call__(self, x, train=False):
+    del train
+    x = x.reshape((x.shape[0], -1))
+    for width in self.hidden:
+      x = nn.relu(nn.Dense(width)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+def test_equal_models_initialise_with_one_traced_program():
+  """Experiments of one config (a sweep's members, a process's runs) share the init program;
+  a registered model with an unhashable field initialises with a program of its own."""
+  first, second = (experiment.build(tiny_config()) for _ in range(2))
+  assert first.model is not second.model and first.model == second.model
+  programs_before = build_module._shared_init._cache_size()  # pylint: disable=protected-access
+  got = [e.initial_variables(jax.random.key(3)) for e in (first, second)]
+  assert build_module._shared_init._cache_size() <= programs_before + 1  # one, or one already made
+  # The program each call traced before: the same computation, so the same bits.
+  want = jax.jit(lambda k, x: first.model.init({"params": k}, x, train=False))(
+      jax.random.key(3), first.data.example_input())
+  for variables in got:
+    for x, y in zip(jax.tree.leaves(variables), jax.tree.leaves(want), strict=True):
+      np.testing.assert_array_equal(x, y)
+  models.register("test_list_hidden", _ListHidden)
+  try:
+    listed = experiment.build(tiny_config(model="test_list_hidden", model_kwargs={}))
+    with pytest.raises(TypeError):
+      hash(listed.model)
+    variables = listed.initial_variables(jax.random.key(0))
+    assert variables["params"]["Dense_0"]["kernel"].shape == (64, 8)
+  finally:
+    models.unregister("test_list_hidden")

@@ -25,8 +25,8 @@ TINY = ["--config=configs/clutter_objects_cnn.py:ce", "--config.data.name=digits
 # The verbose eval checks where the logs go, not the report: without the post-hoc toolkit
 # and the CAM grid. The quiet eval runs every part of the report (the toolkit and the CAM grid
 # too), its toolkit with one calibrator and no bootstrap intervals: the parts' console is the
-# same with one calibrator as with six, and the fits and the intervals were half of this
-# test's CPU (54 -> 28 CPU-s, 2026-11-29; test_evaluation_toolkit.py checks them).
+# same with one calibrator as with six, and the fits and the intervals cost CPU here (37
+# against 40 CPU-s in whole-suite runs, 2026-11-29); test_evaluation_toolkit.py checks them.
 REPORT_ONLY = ["--config.eval.toolkit=False", "--config.eval.cam_images=0"]
 LEAN_TOOLKIT = ["--config.eval.calibrators=('temperature',)", "--config.eval.bootstrap_samples=0"]
 

@@ -177,7 +177,7 @@ class Experiment:
     example = self.data.example_input()
 
     def init():
-      variables = self.model.init({"params": jax.random.key(0)}, example, train=False)
+      variables = _init_variables(self.model, jax.random.key(0), example)
       return state_lib.create(variables, tx, jax.random.key(0),
                               crl_num_examples=self.crl_num_examples)
 

@@ -242,24 +242,27 @@ def test_cpu_calls_each_step_of_a_convolutional_model_only():
 
 
 def test_an_evaluation_split_read_again_is_the_same_pass_of_one_pipeline(monkeypatch):
-  """`DataRecipe.eval_stream` builds a split's pipeline on its first pass (`data.eval_pipeline`)
-  and reads it again from the start: every pass the same batches; another split or option, its
-  own pipeline."""
+  """`DataRecipe.eval_stream` reads a split's one pipeline (`data.eval_pipeline`, built once per
+  process) again from the start: every pass the same batches; another split or option, its own
+  pipeline; another experiment of the config, the same one."""
   exp = experiment.build(tiny_config())
   recipe, mesh = exp.data, exp.mesh
-  built = []
+  pipelines = []
   original = data.eval_pipeline
-  monkeypatch.setattr(data, "eval_pipeline",
-                      lambda *args, **kwargs: built.append(args) or original(*args, **kwargs))
+  monkeypatch.setattr(data, "eval_pipeline", lambda *args, **kwargs: pipelines.append(
+      original(*args, **kwargs)) or pipelines[-1])
   passes = [[jax.device_get(b) for b in recipe.eval_stream("val", mesh)] for _ in range(2)]
-  assert len(passes[0]) == 4 and built == [("digits", "val")]  # 200 examples, batches of 64
+  assert len(passes[0]) == 4  # 200 examples, batches of 64
   for first, second in zip(*passes, strict=True):
     for key in ("image", "label", "mask"):
       np.testing.assert_array_equal(first[key], second[key])
   assert int(sum(b["mask"].sum() for b in passes[0])) == 200
   next(recipe.eval_stream("test", mesh))
   list(recipe.eval_stream("val", mesh, max_examples=10))
-  assert len(built) == 3
+  next(experiment.build(tiny_config()).data.eval_stream("val", mesh))
+  val, again, test, fewer, other_experiment = pipelines
+  assert again is val and other_experiment is val
+  assert len({id(val), id(test), id(fewer)}) == 3
 
 
 class _ListHidden(nn.Module):

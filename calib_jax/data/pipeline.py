@@ -10,9 +10,11 @@ skips ``k % B_e`` batches of records before they are processed (``B_e`` batches 
 Evaluation is one pass in file order; every host yields the same number of batches (the last
 ones padded with ``mask=False`` examples) so that metrics summed over hosts are exact.
 
-This module reads, shards, shuffles and batches, and returns `Batches`: the iterator of host
-batches with the split's example count (`num_examples` gives that count alone). What happens to
-one example is elsewhere: `processors` (one processor per task), `crops` (one function per crop),
+This module reads, shards, shuffles and batches, and returns `batches.Batches`: the iterator of
+host batches with the split's example count (`num_examples` gives that count alone). An
+evaluation split's pipeline and a split's count are built once per process for their arguments
+and prepared files (`reuse`) and read again by later calls. What happens to one example is
+elsewhere: `processors` (one processor per task), `crops` (one function per crop),
 `options` (`PipelineOptions`), `registry` (each dataset's meta, source and recipe).
 """
 from __future__ import annotations
@@ -25,12 +27,16 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from calib_jax.data import builders  # noqa: F401  (registers the local tfds builders)
-from calib_jax.data import caching, checks, prepare, processors, registry
+from calib_jax.data import caching, checks, prepare, processors, registry, reuse
+from calib_jax.data.batches import Batches, EvalPipeline, checked_batches
 from calib_jax.data.options import PipelineOptions
 
 __all__ = ["Batches", "PipelineOptions", "make_dataset", "num_examples", "tfds_split"]
 
 _SPLIT_ALIASES = ("train", "val", "test")
+# Built once per process and read again (`reuse`): evaluation pipelines and split sizes.
+_EVAL_PIPELINES: reuse.Reused[EvalPipeline] = reuse.Reused(capacity=16)
+_COUNTS: reuse.Reused[int] = reuse.Reused(capacity=64)
 
 
 def tfds_split(split: str) -> str:
@@ -61,17 +67,31 @@ def _decoders(source: registry.Source) -> dict[str, Any]:
   return {k: tfds.decode.SkipDecoding() for k in keys}
 
 
-def _load(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: PipelineOptions
-          ) -> tuple[tf.data.Dataset, tfds.core.DatasetBuilder]:
-  """Undecoded examples of ``split`` and their builder, preparing the dataset on first use."""
-  builder = prepare.prepared_builder(
+def _builder(spec: registry.DatasetSpec, data_dir: str | None, opts: PipelineOptions
+             ) -> tfds.core.DatasetBuilder:
+  """The dataset's prepared builder, preparing the dataset on first use."""
+  return prepare.prepared_builder(
       spec, data_dir, tfds_name=opts.tfds_name, download=opts.download,
       download_retries=opts.download_retries, manual_dir=opts.manual_dir)
+
+
+def _load(spec: registry.DatasetSpec, split: str, builder: tfds.core.DatasetBuilder,
+          opts: PipelineOptions) -> tf.data.Dataset:
+  """Undecoded examples of ``split``."""
   # tfds caches small splits in memory; `take(max_examples)` after that cache would make
   # tf.data discard the unfinished cache every epoch (and warn each time).
   return builder.as_dataset(
       split=split, decoders=_decoders(spec.source), shuffle_files=False,
-      read_config=tfds.ReadConfig(try_autocache=opts.max_examples is None)), builder
+      read_config=tfds.ReadConfig(try_autocache=opts.max_examples is None))
+
+
+def _reuse_key(builder: tfds.core.DatasetBuilder, spec: registry.DatasetSpec, *parts: Any
+               ) -> tuple[Any, ...] | None:
+  """The `reuse.Reused` key of what is built from `builder`'s prepared files with `spec` and
+  `parts`: None (build afresh) where the files are not in a local folder."""
+  files = reuse.local_files(builder.data_dir)
+  # The spec by identity (a dataset registered again under its name is another one).
+  return None if files is None else (builder.data_dir, files, id(spec), *parts)
 
 
 def static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:
@@ -90,10 +110,12 @@ def _num_examples(ds: tf.data.Dataset) -> int:
   return n
 
 
-def read_split(spec: registry.DatasetSpec, split: str, data_dir: str | None, opts: PipelineOptions):
+def read_split(spec: registry.DatasetSpec, split: str, data_dir: str | None,
+               opts: PipelineOptions, builder: tfds.core.DatasetBuilder | None = None):
   """``(undecoded examples after max_examples, their builder, their count)``: what
-  `make_dataset` and `num_examples` read, one way."""
-  examples, builder = _load(spec, _resolve_split(spec.meta, split), data_dir, opts)
+  `make_dataset` and `num_examples` read, one way (`builder`: `_builder`'s, if made)."""
+  builder = builder or _builder(spec, data_dir, opts)
+  examples = _load(spec, _resolve_split(spec.meta, split), builder, opts)
   if opts.max_examples is not None:
     examples = examples.take(opts.max_examples)
   return examples, builder, _num_examples(examples)
@@ -198,36 +220,6 @@ def _eval_stream(examples, processor, *, batch_size, opts) -> tf.data.Dataset:
   return ds.prefetch(opts.prefetch).with_options(tf_options())
 
 
-def _pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-  n = batch["mask"].shape[0]
-  if n == batch_size:
-    return batch
-  return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)])
-          for k, v in batch.items()}
-
-
-def _empty_batch(element_spec, batch_size: int) -> dict[str, np.ndarray]:
-  return {k: np.zeros((batch_size,) + tuple(s.shape[1:]), s.dtype.as_numpy_dtype)
-          for k, s in element_spec.items() if k != "_index"}
-
-
-def checked_batches(ds, name, split, num_classes, shape) -> Iterator[dict[str, np.ndarray]]:
-  """The host batches, each checked (labels; tf.data errors as one line) before it is returned."""
-  for batch in checks.iterate(ds, name, split, shape):
-    index = batch.pop("_index")
-    checks.check_labels(name, split, batch, index, num_classes)
-    yield batch
-
-
-def _iterate_eval(batches, ds, batch_size, num_batches) -> Iterator[dict[str, np.ndarray]]:
-  count = 0
-  for batch in batches:
-    yield _pad_batch(batch, batch_size)
-    count += 1
-  for _ in range(num_batches - count):  # Hosts with a smaller shard pad to the common count.
-    yield _empty_batch(ds.element_spec, batch_size)
-
-
 def process_layout(process_index, process_count) -> tuple[int, int]:
   if process_index is None or process_count is None:
     import jax  # pylint: disable=g-import-not-at-top
@@ -239,38 +231,6 @@ def process_layout(process_index, process_count) -> tuple[int, int]:
   return int(process_index), int(process_count)
 
 
-class Batches:
-  """What `make_dataset` returns: an iterator of host batches (``for batch in batches``,
-  ``next(batches)``) that also tells how much it reads, as big_vision's input pipeline returns
-  ``(ds, ntrain)``.
-
-  Attributes:
-    num_examples: examples in the split after ``max_examples``, before sharding over hosts
-      (the training-set size an epoch, a schedule or CRL's history is sized from).
-    num_batches: evaluation: batches every host yields (the last ones padded with
-      ``mask=False``); training: None (the stream is infinite).
-    batches_per_epoch: training: whole batches per epoch on each host, after which the stream
-      reshuffles; evaluation: ``num_batches``.
-  """
-
-  def __init__(self, batches: Iterator[dict[str, np.ndarray]], *, num_examples: int,
-               num_batches: int | None, batches_per_epoch: int):
-    self._batches = batches
-    self.num_examples = num_examples
-    self.num_batches = num_batches
-    self.batches_per_epoch = batches_per_epoch
-
-  def __iter__(self) -> "Batches":
-    return self
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    return next(self._batches)
-
-  def __repr__(self) -> str:
-    return (f"Batches(num_examples={self.num_examples}, num_batches={self.num_batches}, "
-            f"batches_per_epoch={self.batches_per_epoch})")
-
-
 def num_examples(name: str, split: str, *, data_dir: str | None = None, **options) -> int:
   """Examples `make_dataset(name, split, data_dir=data_dir, **options)` reads: those of the
   split after ``max_examples``, before sharding over hosts (its ``num_examples``).
@@ -280,7 +240,9 @@ def num_examples(name: str, split: str, *, data_dir: str | None = None, **option
   """
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
-  return read_split(spec, split, data_dir, opts)[-1]
+  builder = _builder(spec, data_dir, opts)
+  return _COUNTS.get(_reuse_key(builder, spec, split, opts.max_examples),
+                     lambda: read_split(spec, split, data_dir, opts, builder)[-1])
 
 
 def check_stream_args(name: str, **ints: Any) -> None:
@@ -333,64 +295,57 @@ def make_dataset(name: str, split: str, *, batch_size: int, train: bool, seed: i
 def _open(name: str, split: str, *, batch_size: int, train: bool, seed: int, data_dir: str | None,
           start_batch: int, process_index: int | None, process_count: int | None,
           **options) -> "Batches | EvalPipeline":
-  """`make_dataset`'s stream: training `Batches`, or the evaluation split's `EvalPipeline`."""
+  """`make_dataset`'s stream: training `Batches`, or the evaluation split's `EvalPipeline`
+  (built once per process for its arguments and prepared files, `reuse`)."""
   spec = registry.spec(name)
   opts = PipelineOptions.create(spec.meta, options)
   check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
   if not train and start_batch:
     raise ValueError(f"{name}: start_batch only applies to training streams.")
-  process_index, process_count = process_layout(process_index, process_count)
-  examples, builder, count = read_split(spec, split, data_dir, opts)
-  checks.check_not_empty(name, split, count)
-  # Indices are global (before sharding) so augmentation does not depend on the host count.
-  examples = examples.enumerate().shard(process_count, process_index)
-  stored_shape = static_image_shape(builder, spec.source.image_key)
-  processor = processors.make_processor(spec, opts, train, stored_shape)
+  layout = process_layout(process_index, process_count)
+  builder = _builder(spec, data_dir, opts)
+
+  def examples():
+    """(the split's examples, enumerated, this host's shard; their count; stored image shape;
+    the processor)."""
+    records, _, count = read_split(spec, split, data_dir, opts, builder)
+    checks.check_not_empty(name, split, count)
+    # Indices are global (before sharding) so augmentation does not depend on the host count.
+    records = records.enumerate().shard(layout[1], layout[0])
+    stored_shape = static_image_shape(builder, spec.source.image_key)
+    return records, count, stored_shape, processors.make_processor(spec, opts, train,
+                                                                   stored_shape)
+
   num_classes = spec.meta.num_classes
   if train:
-    per_epoch = count_epoch_batches(count, batch_size, process_count,
-                                    f"{name} split {split!r}")
-    ds = _train_stream(examples, processor, spec, num_examples=count,
+    records, count, stored_shape, processor = examples()
+    per_epoch = count_epoch_batches(count, batch_size, layout[1], f"{name} split {split!r}")
+    ds = _train_stream(records, processor, spec, num_examples=count,
                        batches_per_epoch=per_epoch, batch_size=batch_size, seed=int(seed),
-                       start_batch=int(start_batch), process_count=process_count, opts=opts,
+                       start_batch=int(start_batch), process_count=layout[1], opts=opts,
                        stored_shape=stored_shape)
     return Batches(checked_batches(ds, name, split, num_classes, stored_shape), num_examples=count,
                    num_batches=None, batches_per_epoch=per_epoch)
-  ds = _eval_stream(examples, processor, batch_size=batch_size, opts=opts)
-  num_batches = math.ceil(math.ceil(count / process_count) / batch_size)
-  return EvalPipeline(ds, name, split, num_classes, stored_shape, batch_size=batch_size,
-                      num_examples=count, num_batches=num_batches)
 
+  def build_eval():
+    records, count, stored_shape, processor = examples()
+    ds = _eval_stream(records, processor, batch_size=batch_size, opts=opts)
+    num_batches = math.ceil(math.ceil(count / layout[1]) / batch_size)
+    return EvalPipeline(ds, name, split, num_classes, stored_shape, batch_size=batch_size,
+                        num_examples=count, num_batches=num_batches)
 
-class EvalPipeline:
-  """One evaluation split's tf.data pipeline, built once and read from its start by each
-  `batches()`: what `eval_pipeline` returns to a reader that passes over the same split many
-  times (each member of a sweep, validation every few steps), since building the pipeline
-  (tracing its map functions) costs more than reading a small split.
-  """
-
-  def __init__(self, ds: tf.data.Dataset, name: str, split: str, num_classes: int,
-               stored_shape: tuple[int, ...] | None, *, batch_size: int, num_examples: int,
-               num_batches: int):
-    self._ds, self._name, self._split = ds, name, split
-    self._num_classes, self._stored_shape = num_classes, stored_shape
-    self._batch_size, self._num_examples, self._num_batches = (batch_size, num_examples,
-                                                               num_batches)
-
-  def batches(self) -> Batches:
-    """One pass over the split: `make_dataset(..., train=False)`'s `Batches`."""
-    checked = checked_batches(self._ds, self._name, self._split, self._num_classes,
-                              self._stored_shape)
-    return Batches(_iterate_eval(checked, self._ds, self._batch_size, self._num_batches),
-                   num_examples=self._num_examples, num_batches=self._num_batches,
-                   batches_per_epoch=self._num_batches)
+  return _EVAL_PIPELINES.get(_reuse_key(builder, spec, split, repr(opts), batch_size, *layout),
+                             build_eval)
 
 
 def eval_pipeline(name: str, split: str, *, batch_size: int, data_dir: str | None = None,
                   process_index: int | None = None, process_count: int | None = None,
                   **options) -> EvalPipeline:
   """`make_dataset(name, split, train=False, ...)` as an `EvalPipeline`: the same passes, each
-  `batches()` a new one, the pipeline built once (arguments and errors as `make_dataset`'s)."""
+  `batches()` a new one (arguments and errors as `make_dataset`'s). The pipeline is built once
+  per process for these arguments and the dataset's prepared files: a later call with the same
+  ones returns it again (until 16 others were built since), one after the dataset is prepared
+  anew builds it afresh."""
   return _open(name, split, batch_size=batch_size, train=False, seed=0, data_dir=data_dir,
                start_batch=0, process_index=process_index, process_count=process_count,
                **options)

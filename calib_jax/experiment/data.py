@@ -38,8 +38,6 @@ class DataRecipe:
     self.config, self.meta = data_config, meta
     self._num_train_examples: int | None = None
     self._example: np.ndarray | None = None
-    # Each evaluation split's pipeline, built on its first pass (`data.eval_pipeline`).
-    self._eval_pipelines: dict[tuple[Any, ...], data.EvalPipeline] = {}
 
   def assume(self, *, num_train_examples: int, example_input: np.ndarray) -> None:
     """Takes the training-set size and an example input as given instead of reading them
@@ -180,16 +178,15 @@ class DataRecipe:
                       options: dict[str, Any]) -> Iterator[dict[str, jax.Array]]:
     """One evaluation pass over `name`'s tfds `split`, this host's share of each global batch
     of `eval_batch_size` read here and assembled over `mesh`; the split's pipeline is built on
-    its first pass and read again by the next ones (a sweep's members, each validation)."""
+    the process's first pass and read again by the next ones (a sweep's members, each
+    validation, the evaluation after training: `data.eval_pipeline`)."""
     if max_examples > 0:
       options = {**options, "max_examples": int(max_examples)}
-    key = (name, split, repr(sorted(options.items())))
-    if key not in self._eval_pipelines:
-      self._eval_pipelines[key] = data.eval_pipeline(
-          name, split, batch_size=parallel.local_batch_size(self.config.eval_batch_size),
-          data_dir=self.config.dir, process_index=jax.process_index(),
-          process_count=jax.process_count(), **options)
-    for batch in self._eval_pipelines[key].batches():
+    pipeline = data.eval_pipeline(
+        name, split, batch_size=parallel.local_batch_size(self.config.eval_batch_size),
+        data_dir=self.config.dir, process_index=jax.process_index(),
+        process_count=jax.process_count(), **options)
+    for batch in pipeline.batches():
       yield parallel.to_global(batch, mesh)
 
   def ood_stream(self, ood: str, role: str, mesh: jax.sharding.Mesh, *, max_examples: int = -1

@@ -85,6 +85,12 @@ def test_reused_keeps_the_most_recent_values_and_never_stores_an_unchecked_key(t
   for _ in range(2):
     store.get(None, build("unchecked"))
   assert built[-2:] == ["unchecked", "unchecked"] and len(store) == 2
+  # A part of a key by identity: equal values are other keys, the same object the same key.
+  spec, equal = {"name": "digits"}, {"name": "digits"}
+  assert reuse.ByIdentity(spec) == reuse.ByIdentity(spec) != reuse.ByIdentity(equal)
+  assert store.get(("files", reuse.ByIdentity(spec)), build("spec")) == "spec"
+  assert store.get(("files", reuse.ByIdentity(equal)), build("equal")) == "equal"
+  assert store.get(("files", reuse.ByIdentity(spec)), build("again")) == "spec"
   # What says the files are the same: names, sizes and times of a local folder's entries.
   assert reuse.local_files("gs://a-bucket/digits/1.0.0") is None
   assert reuse.local_files(str(tmp_path / "missing")) is None

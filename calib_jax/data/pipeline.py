@@ -90,8 +90,7 @@ def _reuse_key(builder: tfds.core.DatasetBuilder, spec: registry.DatasetSpec, *p
   """The `reuse.Reused` key of what is built from `builder`'s prepared files with `spec` and
   `parts`: None (build afresh) where the files are not in a local folder."""
   files = reuse.local_files(builder.data_dir)
-  # The spec by identity (a dataset registered again under its name is another one).
-  return None if files is None else (builder.data_dir, files, id(spec), *parts)
+  return None if files is None else (builder.data_dir, files, reuse.ByIdentity(spec), *parts)
 
 
 def static_image_shape(builder, key: str | None) -> tuple[int, ...] | None:

@@ -111,7 +111,7 @@ def train_order(name: str, split: str, *, batch_size: int, seed: int = 0,
   opts = PipelineOptions.create(spec.meta, options)
   pipeline.check_stream_args(name, batch_size=batch_size, start_batch=start_batch, seed=seed)
   process_index, process_count = pipeline.process_layout(process_index, process_count)
-  count = pipeline.read_split(spec, split, data_dir, opts)[-1]
+  count = pipeline.num_examples(name, split, data_dir=data_dir, **options)
   checks.check_not_empty(name, split, count)
   per_epoch = pipeline.count_epoch_batches(count, batch_size, process_count,
                                            f"{name} split {split!r}")

@@ -31,6 +31,21 @@ def local_files(directory: str) -> tuple[tuple[str, int, int], ...] | None:
     return None
 
 
+class ByIdentity:
+  """An object as a part of a key by identity, not by value (a registry's spec: one registered
+  again under its name is another one); the key holds it, so its `id` is not reused meanwhile."""
+  __slots__ = ("value",)
+
+  def __init__(self, value: object):
+    self.value = value
+
+  def __hash__(self) -> int:
+    return id(self.value)
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, ByIdentity) and other.value is self.value
+
+
 class Reused(Generic[Value]):
   """The values built for the last `capacity` keys (least recently used dropped first).
 

@@ -69,8 +69,5 @@ class Reused(Generic[Value]):
         self._values.popitem(last=False)
     return value
 
-  def clear(self) -> None:
-    self._values.clear()
-
   def __len__(self) -> int:
     return len(self._values)
